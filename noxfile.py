@@ -1,0 +1,54 @@
+"""Development sessions: ``nox`` runs the defaults, ``nox -l`` lists them all."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+PYTHONS = [
+    match.group(1)
+    for classifier in PYPROJECT["project"]["classifiers"]
+    if (match := re.fullmatch(r"Programming Language :: Python :: (3\.\d+)", classifier))
+]
+# The CPU build of torch 2.13.0 that CI installs lies on local disk for this
+# Python; on the others pip fetches the default (CUDA) build from PyPI.
+MAIN_PYTHON = "3.11"
+TORCH = "torch==2.13.0"
+
+nox.options.default_venv_backend = "venv"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = [f"tests-{MAIN_PYTHON}", "lint", "typecheck"]
+
+
+def install_project(session: nox.Session, *groups: str) -> None:
+    """Install torch first (so the project's range is already met), then the project."""
+    session.install(TORCH)
+    session.install("-e", ".")
+    for group in groups:
+        session.install(*nox.project.dependency_groups(PYPROJECT, group))
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """Run the test suite, docstring and documentation examples included."""
+    install_project(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=MAIN_PYTHON)
+def lint(session: nox.Session) -> None:
+    """Check style and formatting with ruff."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=MAIN_PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """Run mypy --strict over the package and the tests."""
+    install_project(session, "typecheck")
+    session.run("mypy", "--strict", "src", "tests")

@@ -1,0 +1,289 @@
+"""The alignment core: compare a torch device with what a session can read."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from ._devices import DeviceLike, as_device, cuda_index
+from ._errors import EnvironmentConfigurationError, help_url
+from ._policy import DeviceMismatchResolutionMode, check_mode, current_policy, device_policy
+from ._providers import (
+    effective_providers,
+    first_gpu_provider,
+    provider_device_id,
+    require_session,
+)
+
+logger = logging.getLogger("onnx_device_guard")
+logger.addHandler(logging.NullHandler())
+
+_NO_GPU_HELP = help_url("troubleshooting", "no-data-transfer-registered")
+_DEVICE_ID_HELP = help_url("troubleshooting", "device-id-mismatch")
+_DISAGREE_HELP = help_url("troubleshooting", "sessions-on-different-gpus")
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Why a session cannot read tensors from a device, and what to do about it."""
+
+    problem: str
+    fix: str
+    help_url: str
+    session_device: torch.device | None = None
+    """The GPU the session does run on, when it runs on another one."""
+
+
+def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
+    """Return why ``session`` cannot read tensors on ``device``, or ``None`` if it can."""
+    if device.type != "cuda":
+        require_session(session)
+        return None
+    providers = effective_providers(session)
+    provider = first_gpu_provider(providers)
+    if provider is None:
+        return Mismatch(
+            problem=(
+                f"The model asks for device {str(device)!r}, but its onnxruntime session "
+                f"runs only {list(providers)}, and none of these can read CUDA tensors."
+            ),
+            fix=(
+                "To run on the GPU, install onnxruntime-gpu (and no other onnxruntime "
+                "package beside it), create the session with providers="
+                "['CUDAExecutionProvider', 'CPUExecutionProvider'] and check that the CUDA "
+                "and cuDNN libraries load; otherwise ask for device 'cpu'."
+            ),
+            help_url=_NO_GPU_HELP,
+        )
+    device_id = provider_device_id(session, provider)
+    if device_id is None:
+        return None
+    index = cuda_index(device)
+    if index == device_id:
+        return None
+    asked = repr(str(device)) if device.index is not None else f"'cuda' (now cuda:{index})"
+    return Mismatch(
+        problem=(
+            f"The model asks for device {asked}, but its session's {provider} runs on "
+            f"device_id {device_id}, so every input would need a copy between GPUs."
+        ),
+        fix=(
+            f"Create the session with provider options {{'device_id': {index}}} for "
+            f"{provider}, or ask for device 'cuda:{device_id}'."
+        ),
+        help_url=_DEVICE_ID_HELP,
+        session_device=torch.device("cuda", device_id),
+    )
+
+
+def align_device_with_onnx_session(
+    session: object,
+    device: DeviceLike,
+    resolution_mode: DeviceMismatchResolutionMode | None = None,
+    fallback_device: DeviceLike | None = None,
+) -> torch.device:
+    """Return a device whose tensors ``session`` can read, starting from ``device``.
+
+    onnxruntime drops a GPU execution provider it cannot load without raising,
+    and the session then runs on CPU. A model that keeps putting its inputs on
+    ``cuda`` fails later, at the first IO binding, with "no data transfer
+    registered". This function compares the device with the session's
+    effective providers (``session.get_providers()``) up front:
+
+    * A device whose type is not ``cuda`` is returned unchanged.
+    * A ``cuda`` device is compatible when the session runs one of
+      :data:`~onnx_device_guard.GPU_CAPABLE_EXECUTION_PROVIDERS`. If the first
+      of them reports a ``device_id`` in ``session.get_provider_options()``,
+      the device's index must match it too; ``cuda`` without an index stands
+      for torch's current CUDA device (0 until CUDA is initialised).
+    * On a mismatch, ``"fail"`` raises and ``"fallback"`` logs a warning on
+      the ``onnx_device_guard`` logger and returns ``fallback_device`` (CPU by
+      default) or, when only the index differs, ``cuda:<device_id>``, the GPU
+      the session runs on.
+
+    Options left at ``None`` come from the innermost
+    :class:`~onnx_device_guard.device_policy` scope, and outside any scope
+    from the defaults: ``"fallback"`` and CPU.
+
+    Args:
+        session: An initialised ``onnxruntime.InferenceSession``, or any object
+            with ``get_providers()`` (and optionally ``get_provider_options()``).
+        device: The torch device requested for the model, as a
+            :class:`torch.device` or a string such as ``"cuda:0"``.
+        resolution_mode: ``"fallback"`` or ``"fail"``; ``None`` takes the
+            current policy's mode (``"fallback"`` by default).
+        fallback_device: The device to return in ``"fallback"`` mode when the
+            session runs no GPU-capable provider; ``None`` takes the current
+            policy's (CPU by default).
+
+    Returns:
+        ``device`` as a :class:`torch.device` when the session can read it,
+        otherwise the device a ``"fallback"`` resolution chose.
+
+    Raises:
+        ModelInputError: ``resolution_mode`` is not ``"fail"`` or ``"fallback"``
+            (checked first, whatever the device), a device cannot be parsed,
+            or ``session`` has no working ``get_providers()``.
+        EnvironmentConfigurationError: The session cannot read ``device`` and
+            the mode is ``"fail"``.
+
+    Examples:
+        Align device in a model's ``from_pretrained``:
+
+        >>> session = onnxruntime.InferenceSession(
+        ...     "model.onnx", providers=["CPUExecutionProvider"]
+        ... )
+        >>> device = align_device_with_onnx_session(
+        ...     session=session, device=torch.device("cuda:0")
+        ... )
+        >>> device
+        device(type='cpu')
+
+        Raise instead of falling back:
+
+        >>> device = align_device_with_onnx_session(
+        ...     session=session,
+        ...     device=torch.device("cuda:0"),
+        ...     resolution_mode="fail",
+        ... )
+        Traceback (most recent call last):
+        onnx_device_guard.EnvironmentConfigurationError: ...
+
+        A session on the second GPU moves ``cuda:0`` there:
+
+        >>> class SessionOnGPU1:
+        ...     def get_providers(self):
+        ...         return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        ...     def get_provider_options(self):
+        ...         return {"CUDAExecutionProvider": {"device_id": "1"}}
+        >>> align_device_with_onnx_session(SessionOnGPU1(), "cuda:0")
+        device(type='cuda', index=1)
+    """
+    policy = current_policy()
+    mode = policy.resolution_mode if resolution_mode is None else check_mode(resolution_mode)
+    requested = as_device(device, "device")
+    fallback = (
+        policy.fallback_device
+        if fallback_device is None
+        else as_device(fallback_device, "fallback_device")
+    )
+    mismatch = find_mismatch(session, requested)
+    if mismatch is None:
+        return requested
+    return _resolve(mismatch, mode, fallback, policy.warn)
+
+
+def align_device_with_onnx_sessions(
+    sessions: Sequence[object],
+    device: DeviceLike,
+    resolution_mode: DeviceMismatchResolutionMode | None = None,
+    fallback_device: DeviceLike | None = None,
+) -> torch.device:
+    """Return a device that every one of ``sessions`` can read.
+
+    Aligns with each session in turn. In ``"fallback"`` mode a later session
+    can move the device to a GPU that an earlier one does not run on; then no
+    GPU serves them all and the fallback device is used, if they all read it.
+    """
+    policy = current_policy()
+    mode = policy.resolution_mode if resolution_mode is None else check_mode(resolution_mode)
+    aligned = as_device(device, "device")
+    fallback = (
+        policy.fallback_device
+        if fallback_device is None
+        else as_device(fallback_device, "fallback_device")
+    )
+    for session in sessions:
+        mismatch = find_mismatch(session, aligned)
+        if mismatch is not None:
+            aligned = _resolve(mismatch, mode, fallback, policy.warn)
+    if len(sessions) < 2 or not any(find_mismatch(s, aligned) for s in sessions):
+        return aligned
+    if any(find_mismatch(s, fallback) for s in sessions):
+        raise EnvironmentConfigurationError(
+            f"The model's sessions run on different GPUs, and not all of them can read "
+            f"the fallback device {str(fallback)!r} either. Create every session with the "
+            "same provider option 'device_id', or pick a fallback_device they all read "
+            "(such as 'cpu').",
+            help_url=_DISAGREE_HELP,
+        )
+    _log(
+        policy.warn,
+        "The model's sessions run on different GPUs, so no single CUDA device serves "
+        "them all. Using %s instead. Create every session with the same provider option "
+        "'device_id' to keep them on one GPU.",
+        fallback,
+    )
+    return fallback
+
+
+def _resolve(
+    mismatch: Mismatch,
+    mode: DeviceMismatchResolutionMode,
+    fallback: torch.device,
+    warn: bool,
+) -> torch.device:
+    if mode == "fail":
+        raise EnvironmentConfigurationError(
+            f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
+        )
+    target = fallback if mismatch.session_device is None else mismatch.session_device
+    _log(warn, "%s Using %r instead. %s", mismatch.problem, str(target), mismatch.fix)
+    return target
+
+
+def _log(warn: bool, message: str, *args: object) -> None:
+    logger.log(logging.WARNING if warn else logging.DEBUG, message, *args)
+
+
+@contextmanager
+def aligned_device(
+    session: object,
+    device: DeviceLike,
+    *,
+    resolution_mode: DeviceMismatchResolutionMode | None = None,
+    fallback_device: DeviceLike | None = None,
+    warn: bool | None = None,
+) -> Iterator[torch.device]:
+    """Align ``device`` with ``session`` on entry and yield the result.
+
+    The options also hold for the whole block, as a
+    :class:`~onnx_device_guard.device_policy` scope with the same arguments
+    would: nested alignments and guarded factories inside it use them too.
+
+    Args:
+        session: An initialised ``onnxruntime.InferenceSession`` or any object
+            with ``get_providers()``.
+        device: The torch device the code in the block wants to use.
+        resolution_mode: ``"fallback"`` or ``"fail"``; ``None`` keeps the
+            enclosing scope's.
+        fallback_device: Where to go when the session runs no GPU-capable
+            provider; ``None`` keeps the enclosing scope's.
+        warn: ``False`` logs fallbacks at DEBUG level instead of WARNING;
+            ``None`` keeps the enclosing scope's.
+
+    Yields:
+        The aligned :class:`torch.device`.
+
+    Raises:
+        ModelInputError: An argument cannot be used (see
+            :func:`~onnx_device_guard.align_device_with_onnx_session`).
+        EnvironmentConfigurationError: The session cannot read ``device`` and
+            the mode is ``"fail"``.
+
+    Example:
+        >>> import torch
+        >>> from onnx_device_guard import aligned_device
+        >>> class CPUSession:
+        ...     def get_providers(self):
+        ...         return ["CPUExecutionProvider"]
+        >>> with aligned_device(CPUSession(), "cuda:0", warn=False) as device:
+        ...     torch.zeros(2, device=device).device
+        device(type='cpu')
+    """
+    with device_policy(resolution_mode, fallback_device, warn):
+        yield align_device_with_onnx_session(session, device)

@@ -1,0 +1,349 @@
+"""``device_guard``: align the device of every model a factory returns."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
+
+import torch
+import wrapt
+
+from ._alignment import align_device_with_onnx_sessions
+from ._devices import DeviceLike, as_device
+from ._errors import DeviceGuardError, ModelInputError
+from ._policy import DeviceMismatchResolutionMode, check_mode
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+if TYPE_CHECKING:
+    _FunctionWrapper = wrapt.FunctionWrapper[..., Any]
+    _BoundFunctionWrapper = wrapt.BoundFunctionWrapper[..., Any]
+else:  # wrapt's classes are generic in its stubs only
+    _FunctionWrapper = wrapt.FunctionWrapper
+    _BoundFunctionWrapper = wrapt.BoundFunctionWrapper
+
+_SESSION_ATTRS = ("_session", "session")
+_DEVICE_ATTRS = ("_device", "device")
+
+
+class _Decorator(Protocol):
+    """What ``device_guard(...)`` with options returns: a decorator keeping types."""
+
+    @overload
+    def __call__(self, wrapped: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
+    @overload
+    def __call__(self, wrapped: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+    @overload
+    def __call__(self, wrapped: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def device_guard(wrapped: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
+@overload
+def device_guard(wrapped: staticmethod[P, R], /) -> staticmethod[P, R]: ...
+@overload
+def device_guard(wrapped: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def device_guard(
+    wrapped: None = None,
+    /,
+    *,
+    resolution_mode: DeviceMismatchResolutionMode | None = None,
+    fallback_device: DeviceLike | None = None,
+    session_attr: str | tuple[str, ...] | None = None,
+    device_attr: str | None = None,
+) -> _Decorator: ...
+
+
+def device_guard(
+    wrapped: Any = None,
+    /,
+    *,
+    resolution_mode: DeviceMismatchResolutionMode | None = None,
+    fallback_device: DeviceLike | None = None,
+    session_attr: str | tuple[str, ...] | None = None,
+    device_attr: str | None = None,
+) -> Any:
+    """Align the device of the model that a ``from_pretrained``-style factory returns.
+
+    After the factory returns, the guard reads the session and the device off
+    the model, aligns them with
+    :func:`~onnx_device_guard.align_device_with_onnx_session` and, when the
+    aligned device differs, writes it back to the attribute it came from (as a
+    string if the model stored a string). It returns the same model object.
+
+    Use it bare (``@device_guard``) or with options (``@device_guard(...)``),
+    on functions, methods, static methods, class methods (stacked either way
+    round with ``@classmethod``) and ``async def`` factories, whose model is
+    aligned once the coroutine has finished. The guarded factory keeps its
+    name, docstring, signature and types, and module-level functions and class
+    methods pickle by reference, so they can be sent to process pools.
+
+    Args:
+        wrapped: The factory; given when the decorator is used bare.
+        resolution_mode: ``"fail"`` or ``"fallback"``; ``None`` takes the
+            policy in force when the factory is called.
+        fallback_device: Where to go when a session runs no GPU-capable
+            provider; ``None`` takes the policy in force at call time.
+        session_attr: The attribute that holds the session, or a tuple of
+            attributes that must all exist and all accept the device (a model
+            with several sessions). By default the first of ``_session`` and
+            ``session`` that the model has.
+        device_attr: The attribute that holds the device. By default the first
+            of ``_device`` and ``device`` that the model has, so a public
+            read-only ``device`` property over ``_device`` works.
+
+    Returns:
+        The guarded factory, or a decorator that guards one when called with
+        options only.
+
+    Raises:
+        ModelInputError: At decoration, an option cannot be used or
+            ``wrapped`` is not callable; at call time, the model's session or
+            device attribute holds an unusable value.
+        DeviceGuardError: At call time, the model has none of the attributes
+            tried, or the device attribute cannot be written.
+        EnvironmentConfigurationError: At call time, in ``"fail"`` mode, a
+            session cannot read the model's device.
+
+    Example:
+        >>> import torch
+        >>> from onnx_device_guard import device_guard
+        >>> class CPUSession:
+        ...     def get_providers(self):
+        ...         return ["CPUExecutionProvider"]
+        >>> class Model:
+        ...     def __init__(self, session, device):
+        ...         self.session, self.device = session, device
+        ...     @classmethod
+        ...     @device_guard
+        ...     def from_pretrained(cls, device="cuda:0"):
+        ...         return cls(CPUSession(), torch.device(device))
+        >>> Model.from_pretrained().device
+        device(type='cpu')
+
+        With options, a model holding two sessions:
+
+        >>> class TwoTower:
+        ...     def __init__(self):
+        ...         self.vision, self.text, self.device = CPUSession(), CPUSession(), "cuda"
+        >>> @device_guard(session_attr=("vision", "text"), fallback_device="cpu")
+        ... def load_two_tower():
+        ...     return TwoTower()
+        >>> load_two_tower().device
+        'cpu'
+    """
+    guard = _GuardOptions.build(resolution_mode, fallback_device, session_attr, device_attr)
+    if wrapped is None:
+        return guard.decorate
+    return guard.decorate(wrapped)
+
+
+@dataclass(frozen=True)
+class _GuardOptions:
+    """The options of one ``device_guard``, validated when the decorator is applied."""
+
+    resolution_mode: DeviceMismatchResolutionMode | None
+    fallback_device: torch.device | None
+    session_attrs: tuple[str, ...] | None
+    device_attr: str | None
+
+    @classmethod
+    def build(
+        cls,
+        resolution_mode: object,
+        fallback_device: object,
+        session_attr: object,
+        device_attr: object,
+    ) -> _GuardOptions:
+        return cls(
+            resolution_mode=None if resolution_mode is None else check_mode(resolution_mode),
+            fallback_device=(
+                None if fallback_device is None else as_device(fallback_device, "fallback_device")
+            ),
+            session_attrs=None if session_attr is None else _attribute_names(session_attr),
+            device_attr=(
+                None if device_attr is None else _attribute_names(device_attr, "device_attr")[0]
+            ),
+        )
+
+    def decorate(self, wrapped: Any) -> Any:
+        if not (callable(wrapped) or isinstance(wrapped, classmethod | staticmethod)):
+            raise ModelInputError(
+                "device_guard decorates a factory function or method; "
+                f"got {type(wrapped).__name__} {wrapped!r}."
+            )
+        return _GuardedFactory(wrapped, self)
+
+    def align(self, model: object, factory: object) -> None:
+        """Align ``model``'s device with its sessions, writing it back if it changes."""
+        session_names = self._session_names(model, factory)
+        device_name = self._device_name(model, factory)
+        sessions = [getattr(model, name) for name in session_names]
+        current = getattr(model, device_name)
+        try:
+            aligned = align_device_with_onnx_sessions(
+                sessions, current, self.resolution_mode, self.fallback_device
+            )
+        except ModelInputError as error:
+            raise ModelInputError(
+                f"{_describe(factory, model)}, with session attribute(s) "
+                f"{_names(session_names)} and device attribute {device_name!r}: {error.message}",
+                help_url=error.help_url,
+            ) from error
+        if aligned == current or (isinstance(current, str) and aligned == torch.device(current)):
+            return
+        value: object = str(aligned) if isinstance(current, str) else aligned
+        try:
+            setattr(model, device_name, value)
+        except Exception as error:
+            raise DeviceGuardError(
+                f"{_describe(factory, model)} whose device attribute {device_name!r} cannot "
+                f"be set to {value!r} ({type(error).__name__}: {error}). Make it writable, "
+                "or pass device_attr= naming an attribute that is."
+            ) from error
+
+    def _session_names(self, model: object, factory: object) -> tuple[str, ...]:
+        if self.session_attrs is None:
+            return (_first_present(model, _SESSION_ATTRS, factory, "session"),)
+        missing = [name for name in self.session_attrs if not hasattr(model, name)]
+        if missing:
+            raise DeviceGuardError(
+                f"{_describe(factory, model)} without the session attribute(s) "
+                f"{_names(tuple(missing))} named in session_attr={self.session_attrs!r}. "
+                "Return a model that has them, or fix session_attr."
+            )
+        return self.session_attrs
+
+    def _device_name(self, model: object, factory: object) -> str:
+        if self.device_attr is None:
+            return _first_present(model, _DEVICE_ATTRS, factory, "device")
+        if not hasattr(model, self.device_attr):
+            raise DeviceGuardError(
+                f"{_describe(factory, model)} without the device attribute "
+                f"{self.device_attr!r} named in device_attr. Return a model that has it, "
+                "or fix device_attr."
+            )
+        return self.device_attr
+
+
+def _first_present(model: object, names: tuple[str, ...], factory: object, what: str) -> str:
+    for name in names:
+        if hasattr(model, name):
+            return name
+    raise DeviceGuardError(
+        f"{_describe(factory, model)}, which has none of the {what} attributes tried "
+        f"({_names(names)}). Return the model object, or pass {what}_attr= naming the "
+        f"attribute that holds its {what}."
+    )
+
+
+def _attribute_names(value: object, option: str = "session_attr") -> tuple[str, ...]:
+    names = (value,) if isinstance(value, str) else value
+    if (
+        isinstance(names, tuple | list)
+        and names
+        and all(isinstance(name, str) and name.isidentifier() for name in names)
+    ):
+        if option == "device_attr" and len(names) != 1:
+            raise ModelInputError(f"device_attr must be one attribute name; got {value!r}.")
+        return tuple(names)
+    raise ModelInputError(
+        f"{option} must be an attribute name or a tuple of attribute names; got {value!r}."
+    )
+
+
+def _describe(factory: object, model: object) -> str:
+    name = getattr(factory, "__qualname__", None) or repr(factory)
+    return f"The factory {name} returned {type(model).__name__}"
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return ", ".join(repr(name) for name in names)
+
+
+def _is_coroutine_factory(wrapped: object) -> bool:
+    function = wrapped.__func__ if isinstance(wrapped, classmethod | staticmethod) else wrapped
+    return inspect.iscoroutinefunction(function)
+
+
+class _SyncGuard:
+    """The wrapper of a plain factory: call it, then align what it returned."""
+
+    __slots__ = ("options",)
+
+    def __init__(self, options: _GuardOptions) -> None:
+        self.options = options
+
+    def __call__(
+        self, wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
+    ) -> Any:
+        model = wrapped(*args, **kwargs)
+        if inspect.isawaitable(model):
+            _close(model)
+            raise DeviceGuardError(
+                f"The factory {getattr(wrapped, '__qualname__', wrapped)} returned an awaitable, "
+                "but device_guard only treats `async def` factories as asynchronous. Make the "
+                "factory an `async def`, or await inside it."
+            )
+        self.options.align(model, wrapped)
+        return model
+
+
+class _AsyncGuard(_SyncGuard):
+    """The wrapper of an ``async def`` factory: await it, then align the model."""
+
+    __slots__ = ()
+
+    async def __call__(
+        self, wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
+    ) -> Any:
+        model = await wrapped(*args, **kwargs)
+        self.options.align(model, wrapped)
+        return model
+
+
+def _close(awaitable: object) -> None:
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()  # no "coroutine was never awaited" warning
+
+
+def _resolve_qualname(module: str, qualname: str) -> object:
+    target: object = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+class _BoundGuardedFactory(_BoundFunctionWrapper):
+    """A guarded factory bound to a class or an instance."""
+
+    def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
+        owner = self._self_instance if self._self_instance is not None else self._self_owner
+        return (getattr, (owner, self.__name__))
+
+
+class _GuardedFactory(_FunctionWrapper):
+    """A factory wrapped by :func:`device_guard`; pickles by reference."""
+
+    __bound_function_wrapper__ = _BoundGuardedFactory
+
+    def __init__(self, wrapped: Any, options: _GuardOptions) -> None:
+        guard = _AsyncGuard(options) if _is_coroutine_factory(wrapped) else _SyncGuard(options)
+        super().__init__(wrapped, guard)
+
+    def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
+        qualname = self.__qualname__
+        if "<locals>" in qualname:
+            raise pickle.PicklingError(
+                f"Cannot pickle the guarded factory {qualname}: it is defined inside a "
+                "function. Define it at module level to send it to another process."
+            )
+        return (_resolve_qualname, (self.__module__, qualname))

@@ -1,0 +1,109 @@
+"""The errors this library raises, each with a link to the docs that explain it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DOCS_URL = "https://onnx-device-guard.readthedocs.io/en/latest/"
+"""Where the built documentation site lives; every ``help_url`` starts here."""
+
+
+def help_url(page: str, anchor: str) -> str:
+    """Return the address of ``anchor`` on ``page`` of the documentation site."""
+    return f"{DOCS_URL}{page}/#{anchor}"
+
+
+class DeviceGuardError(Exception):
+    """Base class of every error that onnx-device-guard raises on purpose.
+
+    Catch this one to handle all of them. Each error carries a one-paragraph
+    :attr:`message` that says what went wrong and what to do, and a
+    :attr:`help_url` into the documentation that explains the problem at length.
+
+    Args:
+        message: What went wrong and what to do about it.
+        help_url: A link into the docs; each subclass has a sensible default.
+
+    Example:
+        >>> from onnx_device_guard import DeviceGuardError
+        >>> error = DeviceGuardError("Model.load returned None.")
+        >>> error.message
+        'Model.load returned None.'
+        >>> error.help_url
+        'https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#guarded-factories'
+    """
+
+    default_help_url = help_url("troubleshooting", "guarded-factories")
+
+    message: str
+    """What went wrong and what to do about it."""
+
+    help_url: str
+    """A link to the part of the documentation that explains this error."""
+
+    def __init__(self, message: str, *, help_url: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.help_url = help_url if help_url is not None else self.default_help_url
+
+    def __str__(self) -> str:
+        return f"{self.message} (see {self.help_url})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep help_url across pickling, so errors raised in process pools
+        # reach the parent process intact.
+        return (_rebuild_error, (type(self), self.message, self.help_url))
+
+
+def _rebuild_error(cls: type[DeviceGuardError], message: str, url: str) -> DeviceGuardError:
+    return cls(message, help_url=url)
+
+
+class ModelInputError(DeviceGuardError, ValueError):
+    """A value passed to onnx-device-guard is not one it can work with.
+
+    Raised for an unknown ``resolution_mode``, a device that is neither a
+    :class:`torch.device` nor a string torch can parse, or a session object
+    without a working ``get_providers()``. The message names the bad value.
+    It is also a :class:`ValueError`.
+
+    Example:
+        >>> import torch
+        >>> from onnx_device_guard import ModelInputError, align_device_with_onnx_session
+        >>> class Session:
+        ...     def get_providers(self):
+        ...         return ["CPUExecutionProvider"]
+        >>> try:
+        ...     align_device_with_onnx_session(Session(), torch.device("cpu"), "retry")
+        ... except ModelInputError as error:
+        ...     print(error.message)
+        resolution_mode must be one of 'fail', 'fallback'; got 'retry'.
+    """
+
+    default_help_url = help_url("troubleshooting", "bad-arguments")
+
+
+class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
+    """The session cannot read tensors from the requested device.
+
+    Raised in ``"fail"`` mode when the device is CUDA but the session runs no
+    GPU-capable execution provider, or runs it on another GPU than the one
+    asked for. The message names the device, the session's effective providers
+    and what to change. It is also a :class:`RuntimeError`.
+
+    Example:
+        >>> from onnx_device_guard import (
+        ...     EnvironmentConfigurationError,
+        ...     align_device_with_onnx_session,
+        ... )
+        >>> class CPUSession:
+        ...     def get_providers(self):
+        ...         return ["CPUExecutionProvider"]
+        >>> try:
+        ...     align_device_with_onnx_session(CPUSession(), "cuda:0", "fail")
+        ... except EnvironmentConfigurationError as error:
+        ...     print(error.help_url)
+        https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#no-data-transfer-registered
+    """
+
+    default_help_url = help_url("troubleshooting", "no-data-transfer-registered")
