@@ -1,0 +1,39 @@
+"""Fixtures shared by the test suite."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from importlib.resources import as_file, files
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path() -> Iterator[Path]:
+    """The tiny ``y = x + 1`` ONNX model that ships in the package."""
+    with as_file(files("onnx_device_guard") / "data" / "tiny.onnx") as path:
+        yield path
+
+
+@pytest.fixture(scope="session")
+def real_cpu_session(tiny_model_path: Path) -> Any:
+    """A real onnxruntime session on the tiny model, created with the CPU provider only."""
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(str(tiny_model_path), providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="session")
+def real_dropped_cuda_session(tiny_model_path: Path) -> Any:
+    """A real session that asked for CUDA; on a CPU-only onnxruntime it silently runs on CPU."""
+    import onnxruntime
+
+    with warnings.catch_warnings():
+        # onnxruntime warns that the provider is unavailable, then carries on.
+        warnings.simplefilter("ignore", UserWarning)
+        return onnxruntime.InferenceSession(
+            str(tiny_model_path), providers=["CUDAExecutionProvider", "CPUExecutionProvider"]
+        )
