@@ -11,6 +11,32 @@ from typing import Any
 import pytest
 
 
+def _cuda_unavailable_reason() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    try:
+        import onnxruntime
+    except ImportError:
+        return "onnxruntime is not installed"
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        return "this onnxruntime build has no CUDAExecutionProvider"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``cuda`` unless torch and onnxruntime can both use CUDA."""
+    if not any(item.get_closest_marker("cuda") for item in items):
+        return
+    reason = _cuda_unavailable_reason()
+    if reason is None:
+        return
+    for item in items:
+        if item.get_closest_marker("cuda"):
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path() -> Iterator[Path]:
     """The tiny ``y = x + 1`` ONNX model that ships in the package."""

@@ -329,6 +329,12 @@ class _BoundGuardedFactory(_BoundFunctionWrapper):
         owner = self._self_instance if self._self_instance is not None else self._self_owner
         return (getattr, (owner, self.__name__))
 
+    def __copy__(self) -> _BoundGuardedFactory:
+        return self
+
+    def __deepcopy__(self, memo: object) -> _BoundGuardedFactory:
+        return self
+
 
 class _GuardedFactory(_FunctionWrapper):
     """A factory wrapped by :func:`device_guard`; pickles by reference."""
@@ -347,3 +353,10 @@ class _GuardedFactory(_FunctionWrapper):
                 "function. Define it at module level to send it to another process."
             )
         return (_resolve_qualname, (self.__module__, qualname))
+
+    # Functions are immutable as far as copy is concerned; so are guarded ones.
+    def __copy__(self) -> _GuardedFactory:
+        return self
+
+    def __deepcopy__(self, memo: object) -> _GuardedFactory:
+        return self

@@ -1,0 +1,287 @@
+"""Scoped defaults: device_policy and aligned_device."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from onnx_device_guard import (
+    EnvironmentConfigurationError,
+    ModelInputError,
+    align_device_with_onnx_session,
+    aligned_device,
+    device_policy,
+)
+from onnx_device_guard._policy import current_policy
+
+from .sessions import cpu_session, cuda_session
+
+CPU = torch.device("cpu")
+META = torch.device("meta")
+
+
+def fallback_of_cuda() -> torch.device:
+    """What the core resolves cuda to on a CPU-only session, with the scope's options."""
+    return align_device_with_onnx_session(cpu_session(), "cuda")
+
+
+class TestDevicePolicy:
+    """Options inside a device_policy block, and what happens on exit."""
+
+    def test_defaults_outside_any_scope(self) -> None:
+        """fallback, CPU and warnings are the built-in defaults."""
+        policy = current_policy()
+        assert (policy.resolution_mode, policy.fallback_device, policy.warn) == (
+            "fallback",
+            CPU,
+            True,
+        )
+
+    def test_mode_applies_inside_the_block(self) -> None:
+        """resolution_mode='fail' makes calls without a mode raise."""
+        with device_policy(resolution_mode="fail"), pytest.raises(EnvironmentConfigurationError):
+            fallback_of_cuda()
+        assert fallback_of_cuda() == CPU
+
+    def test_fallback_device_applies_inside_the_block(self) -> None:
+        """The scope's fallback device is used by calls that do not pass one."""
+        with device_policy(fallback_device="meta"):
+            assert fallback_of_cuda() == META
+
+    def test_explicit_arguments_win_over_the_scope(self) -> None:
+        """Arguments passed to the core beat the scope."""
+        with device_policy(resolution_mode="fail", fallback_device="meta"):
+            result = align_device_with_onnx_session(
+                cpu_session(), "cuda", resolution_mode="fallback", fallback_device="cpu"
+            )
+        assert result == CPU
+
+    def test_unset_options_inherit_from_the_outer_scope(self) -> None:
+        """An inner scope that sets only warn keeps the outer mode and device."""
+        with device_policy(fallback_device="meta"), device_policy(warn=False):
+            assert fallback_of_cuda() == META
+            assert current_policy().warn is False
+
+    def test_nesting_restores_the_outer_scope(self) -> None:
+        """Leaving the inner scope brings back the outer one, then the defaults."""
+        with device_policy(fallback_device="meta"):
+            with device_policy(fallback_device="cpu"):
+                assert fallback_of_cuda() == CPU
+            assert fallback_of_cuda() == META
+        assert current_policy().fallback_device == CPU
+
+    def test_scope_is_restored_when_the_block_raises(self) -> None:
+        """An exception leaving the block still restores the previous scope."""
+        with pytest.raises(KeyError), device_policy(resolution_mode="fail"):
+            raise KeyError("boom")
+        assert current_policy().resolution_mode == "fallback"
+
+    def test_one_instance_can_be_reused_and_nested(self) -> None:
+        """The same instance entered twice, nested, unwinds correctly."""
+        strict = device_policy(resolution_mode="fail")
+        with strict, device_policy(resolution_mode="fallback"), strict:
+            assert current_policy().resolution_mode == "fail"
+        assert current_policy().resolution_mode == "fallback"
+
+    def test_warn_false_logs_at_debug(self, caplog: pytest.LogCaptureFixture) -> None:
+        """warn=False reports fallbacks at DEBUG instead of WARNING."""
+        with caplog.at_level(logging.DEBUG, logger="onnx_device_guard"):
+            with device_policy(warn=False):
+                fallback_of_cuda()
+            fallback_of_cuda()
+        assert [record.levelno for record in caplog.records] == [logging.DEBUG, logging.WARNING]
+
+    @pytest.mark.parametrize(
+        ("options", "match"),
+        [
+            ({"resolution_mode": "strict"}, "resolution_mode"),
+            ({"fallback_device": "gpu"}, "fallback_device"),
+            ({"fallback_device": 0}, "fallback_device"),
+            ({"warn": "no"}, "warn must be True or False"),
+            ({"warn": 0}, "warn must be True or False"),
+        ],
+    )
+    def test_bad_options_are_rejected_on_construction(
+        self, options: dict[str, object], match: str
+    ) -> None:
+        """Invalid options raise ModelInputError before the block runs."""
+        with pytest.raises(ModelInputError, match=match):
+            device_policy(**options)  # type: ignore[arg-type]
+
+    def test_repr_shows_the_options(self) -> None:
+        """The repr names what the scope sets."""
+        assert repr(device_policy(resolution_mode="fail")) == (
+            "device_policy(resolution_mode='fail', fallback_device=None, warn=None)"
+        )
+
+
+class TestDevicePolicyAsDecorator:
+    """device_policy(...) decorating functions."""
+
+    def test_function_runs_inside_the_scope(self) -> None:
+        """Each call runs with the scope; the caller's scope is untouched."""
+
+        @device_policy(fallback_device="meta")
+        def load() -> torch.device:
+            return fallback_of_cuda()
+
+        assert load() == META
+        assert fallback_of_cuda() == CPU
+
+    def test_recursion_sees_the_scope_at_every_depth(self) -> None:
+        """A recursive decorated function keeps the scope at every level."""
+        depths: list[str] = []
+
+        @device_policy(resolution_mode="fail")
+        def recurse(n: int) -> None:
+            depths.append(current_policy().resolution_mode)
+            if n:
+                recurse(n - 1)
+
+        recurse(3)
+        assert depths == ["fail"] * 4
+        assert current_policy().resolution_mode == "fallback"
+
+    def test_coroutine_function_runs_inside_the_scope(self) -> None:
+        """An async def keeps the scope across its awaits."""
+
+        @device_policy(fallback_device="meta")
+        async def load() -> torch.device:
+            await asyncio.sleep(0)
+            return fallback_of_cuda()
+
+        assert asyncio.run(load()) == META
+
+    def test_keeps_the_function_metadata(self) -> None:
+        """Name and docstring survive decoration."""
+
+        @device_policy(warn=False)
+        def load() -> None:
+            """Load quietly."""
+
+        assert load.__name__ == "load"
+        assert load.__doc__ == "Load quietly."
+
+    def test_generator_functions_are_refused(self) -> None:
+        """A generator would run after the scope ended, so it is refused."""
+
+        def numbers() -> Iterator[int]:
+            yield 1
+
+        with pytest.raises(ModelInputError, match="generator function"):
+            device_policy(warn=False)(numbers)
+
+
+class TestIsolation:
+    """Scopes never leak between threads and tasks."""
+
+    def test_new_threads_start_with_the_defaults(self) -> None:
+        """A thread started inside a scope does not inherit it."""
+        seen: list[str] = []
+        with device_policy(resolution_mode="fail"):
+            thread = threading.Thread(target=lambda: seen.append(current_policy().resolution_mode))
+            thread.start()
+            thread.join()
+        assert seen == ["fallback"]
+
+    def test_threads_do_not_see_each_others_scopes(self) -> None:
+        """Two threads inside different scopes at the same time each see their own."""
+        barrier = threading.Barrier(2)
+        seen: dict[str, torch.device] = {}
+
+        def worker(name: str, device: str) -> None:
+            with device_policy(fallback_device=device):
+                barrier.wait()
+                seen[name] = fallback_of_cuda()
+                barrier.wait()
+
+        threads = [
+            threading.Thread(target=worker, args=("a", "meta")),
+            threading.Thread(target=worker, args=("b", "cpu")),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert seen == {"a": META, "b": CPU}
+
+    def test_tasks_copy_the_scope_at_creation_and_keep_their_own(self) -> None:
+        """A task starts with its creator's scope; its own changes stay inside it."""
+
+        async def child(entered: asyncio.Event, release: asyncio.Event) -> str:
+            with device_policy(resolution_mode="fallback"):
+                entered.set()
+                await release.wait()
+                return current_policy().resolution_mode
+
+        async def main() -> tuple[str, str, str]:
+            entered, release = asyncio.Event(), asyncio.Event()
+            with device_policy(resolution_mode="fail"):
+                task = asyncio.create_task(child(entered, release))
+                await entered.wait()
+                parent_mode = current_policy().resolution_mode
+                release.set()
+                child_mode = await task
+            return parent_mode, child_mode, current_policy().resolution_mode
+
+        assert asyncio.run(main()) == ("fail", "fallback", "fallback")
+
+
+class TestAlignedDevice:
+    """aligned_device aligns on entry and scopes the same options."""
+
+    def test_yields_the_aligned_device(self) -> None:
+        """A CPU-only session yields cpu for cuda:0."""
+        with aligned_device(cpu_session(), "cuda:0") as device:
+            assert device == CPU
+
+    def test_compatible_device_is_yielded_as_torch_device(self) -> None:
+        """A compatible string device comes back as a torch.device."""
+        with aligned_device(cuda_session(1), "cuda:1") as device:
+            assert device == torch.device("cuda", 1)
+
+    def test_options_apply_to_the_alignment_and_the_block(self) -> None:
+        """fallback_device is used on entry and by calls inside the block."""
+        with aligned_device(cpu_session(), "cuda", fallback_device="meta", warn=False) as device:
+            assert device == META
+            assert fallback_of_cuda() == META
+            assert current_policy().warn is False
+        assert current_policy().fallback_device == CPU
+
+    def test_fail_mode_raises_on_entry(self) -> None:
+        """In fail mode the block does not run, and the scope is restored."""
+        ran = False
+        with (
+            pytest.raises(EnvironmentConfigurationError),
+            aligned_device(cpu_session(), "cuda", resolution_mode="fail"),
+        ):
+            ran = True
+        assert not ran
+        assert current_policy().resolution_mode == "fallback"
+
+    def test_inherits_the_enclosing_scope(self) -> None:
+        """Options not given come from the enclosing device_policy."""
+        with device_policy(fallback_device="meta"), aligned_device(cpu_session(), "cuda") as device:
+            assert device == META
+
+    def test_scope_is_restored_when_the_block_raises(self) -> None:
+        """An exception inside the block restores the previous scope."""
+        with (
+            pytest.raises(ValueError, match="inside"),
+            aligned_device(cuda_session(0), "cuda", resolution_mode="fail"),
+        ):
+            raise ValueError("inside")
+        assert current_policy().resolution_mode == "fallback"
+
+    def test_bad_options_are_model_input_errors(self) -> None:
+        """A bad option is reported before anything is aligned."""
+        with (
+            pytest.raises(ModelInputError, match="warn"),
+            aligned_device(cuda_session(0), "cuda", warn="yes"),  # type: ignore[arg-type]
+        ):
+            pass
