@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from doctest import ELLIPSIS, NORMALIZE_WHITESPACE
@@ -12,6 +14,7 @@ from typing import Any
 
 import pytest
 from sybil import Sybil
+from sybil.document import PythonDocStringDocument
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 from sybil.parsers.rest import DocTestParser
 
@@ -44,12 +47,50 @@ def _example_namespace(namespace: dict[str, Any]) -> None:
     namespace.setdefault("align_device_with_onnx_session", align_device_with_onnx_session)
 
 
+_STRING_QUOTES = re.compile(r"[rRuU]?(\"\"\"|'''|\"|')")
+
+
+class DocStringsAndAttributeDocStrings(PythonDocStringDocument):
+    """Docstrings, plus the string that follows an assignment in a module or class body.
+
+    Python keeps no such "attribute docstring" at run time, but mkdocstrings
+    renders it, so constants such as ``GPU_CAPABLE_EXECUTION_PROVIDERS`` carry
+    their examples there; this makes Sybil run them too.
+    """
+
+    @staticmethod
+    def extract_docstrings(python_source_code: str) -> Iterator[tuple[int, int, str]]:
+        yield from PythonDocStringDocument.extract_docstrings(python_source_code)
+        line_starts = [0]
+        for line in python_source_code.splitlines(keepends=True):
+            line_starts.append(line_starts[-1] + len(line))
+        for node in ast.walk(ast.parse(python_source_code)):
+            if not isinstance(node, ast.Module | ast.ClassDef):
+                continue
+            for previous, statement in zip(node.body, node.body[1:], strict=False):
+                if not (
+                    isinstance(previous, ast.Assign | ast.AnnAssign)
+                    and isinstance(statement, ast.Expr)
+                    and isinstance(statement.value, ast.Constant)
+                    and isinstance(statement.value.value, str)
+                ):
+                    continue
+                string = statement.value
+                start = line_starts[string.lineno - 1] + string.col_offset
+                end = line_starts[(string.end_lineno or 1) - 1] + (string.end_col_offset or 0)
+                quotes = _STRING_QUOTES.match(python_source_code, start, end)
+                if quotes is None:  # an implicitly concatenated string: not a docstring
+                    continue
+                yield quotes.end(), end - len(quotes.group(1)), string.value
+
+
 _shared = {"setup": _example_namespace, "fixtures": ["example_workdir"]}
 
 pytest_collect_file = (
     Sybil(
         parsers=[DocTestParser(optionflags=OPTIONS)],
         patterns=["src/onnx_device_guard/*.py"],
+        document_types={".py": DocStringsAndAttributeDocStrings},
         name="docstrings",
         **_shared,
     )

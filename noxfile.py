@@ -21,7 +21,7 @@ TORCH = "torch==2.13.0"
 
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = [f"tests-{MAIN_PYTHON}", "lint", "typecheck"]
+nox.options.sessions = [f"tests-{MAIN_PYTHON}", "lint", "typecheck", "docs"]
 
 
 def install_project(session: nox.Session, *groups: str) -> None:
@@ -52,3 +52,17 @@ def typecheck(session: nox.Session) -> None:
     """Run mypy --strict over the package and the tests."""
     install_project(session, "typecheck")
     session.run("mypy", "--strict", "src", "tests")
+
+
+@nox.session(python=MAIN_PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with ``mkdocs build --strict`` (warnings fail it).
+
+    ``nox -s docs -- serve`` serves it with live reload instead.
+    """
+    install_project(session, "docs")
+    session.env["NO_MKDOCS_2_WARNING"] = "1"  # Material's notice about its successor
+    if session.posargs == ["serve"]:
+        session.run("mkdocs", "serve", "--strict")
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs)

@@ -4,10 +4,12 @@ onnxruntime drops a GPU execution provider it cannot load without raising; the
 session then runs on CPU and the model's CUDA tensors fail at the first IO
 binding. This package aligns the device up front:
 
-* :func:`align_device_with_onnx_session`, the core;
-* :func:`device_guard`, a decorator for ``from_pretrained``-style factories;
-* :class:`device_policy` and :func:`aligned_device`, scopes for a block of code;
-* ``onnx-device-guard doctor``, a command that explains a mismatch.
+* `align_device_with_onnx_session`, the core;
+* `device_guard`, a decorator for `from_pretrained`-style factories;
+* `device_policy` and `aligned_device`, scopes for a block of code;
+* `onnx-device-guard doctor`, a command that explains a mismatch.
+
+Documentation: https://onnx-device-guard.readthedocs.io/en/latest/
 """
 
 from importlib.metadata import PackageNotFoundError, version

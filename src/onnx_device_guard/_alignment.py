@@ -39,7 +39,7 @@ class Mismatch:
 
 
 def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
-    """Return why ``session`` cannot read tensors on ``device``, or ``None`` if it can."""
+    """Return why `session` cannot read tensors on `device`, or `None` if it can."""
     if device.type != "cuda":
         require_session(session)
         return None
@@ -86,53 +86,54 @@ def align_device_with_onnx_session(
     resolution_mode: DeviceMismatchResolutionMode | None = None,
     fallback_device: DeviceLike | None = None,
 ) -> torch.device:
-    """Return a device whose tensors ``session`` can read, starting from ``device``.
+    """Return a device whose tensors `session` can read, starting from `device`.
 
     onnxruntime drops a GPU execution provider it cannot load without raising,
     and the session then runs on CPU. A model that keeps putting its inputs on
-    ``cuda`` fails later, at the first IO binding, with "no data transfer
+    `cuda` fails later, at the first IO binding, with "no data transfer
     registered". This function compares the device with the session's
-    effective providers (``session.get_providers()``) up front:
+    effective providers (`session.get_providers()`) up front:
 
-    * A device whose type is not ``cuda`` is returned unchanged.
-    * A ``cuda`` device is compatible when the session runs one of
-      :data:`~onnx_device_guard.GPU_CAPABLE_EXECUTION_PROVIDERS`. If the first
-      of them reports a ``device_id`` in ``session.get_provider_options()``,
-      the device's index must match it too; ``cuda`` without an index stands
-      for torch's current CUDA device (0 until CUDA is initialised).
-    * On a mismatch, ``"fail"`` raises and ``"fallback"`` logs a warning on
-      the ``onnx_device_guard`` logger and returns ``fallback_device`` (CPU by
-      default) or, when only the index differs, ``cuda:<device_id>``, the GPU
+    * A device whose type is not `cuda` is returned unchanged.
+    * A `cuda` device is compatible when the session runs one of
+      [`GPU_CAPABLE_EXECUTION_PROVIDERS`][onnx_device_guard.GPU_CAPABLE_EXECUTION_PROVIDERS].
+      If the first of them reports a `device_id` in
+      `session.get_provider_options()`, the device's index must match it
+      too; `cuda` without an index stands for torch's current CUDA device
+      (0 until CUDA is initialised).
+    * On a mismatch, `"fail"` raises and `"fallback"` logs a warning on
+      the `onnx_device_guard` logger and returns `fallback_device` (CPU by
+      default) or, when only the index differs, `cuda:<device_id>`, the GPU
       the session runs on.
 
-    Options left at ``None`` come from the innermost
-    :class:`~onnx_device_guard.device_policy` scope, and outside any scope
-    from the defaults: ``"fallback"`` and CPU.
+    Options left at `None` come from the innermost
+    [`device_policy`][onnx_device_guard.device_policy] scope, and outside any
+    scope from the defaults: `"fallback"` and CPU.
 
     Args:
-        session: An initialised ``onnxruntime.InferenceSession``, or any object
-            with ``get_providers()`` (and optionally ``get_provider_options()``).
+        session: An initialised `onnxruntime.InferenceSession`, or any object
+            with `get_providers()` (and optionally `get_provider_options()`).
         device: The torch device requested for the model, as a
-            :class:`torch.device` or a string such as ``"cuda:0"``.
-        resolution_mode: ``"fallback"`` or ``"fail"``; ``None`` takes the
-            current policy's mode (``"fallback"`` by default).
-        fallback_device: The device to return in ``"fallback"`` mode when the
-            session runs no GPU-capable provider; ``None`` takes the current
+            `torch.device` or a string such as `"cuda:0"`.
+        resolution_mode: `"fallback"` or `"fail"`; `None` takes the
+            current policy's mode (`"fallback"` by default).
+        fallback_device: The device to return in `"fallback"` mode when the
+            session runs no GPU-capable provider; `None` takes the current
             policy's (CPU by default).
 
     Returns:
-        ``device`` as a :class:`torch.device` when the session can read it,
-        otherwise the device a ``"fallback"`` resolution chose.
+        `device` as a `torch.device` when the session can read it,
+        otherwise the device a `"fallback"` resolution chose.
 
     Raises:
-        ModelInputError: ``resolution_mode`` is not ``"fail"`` or ``"fallback"``
+        ModelInputError: `resolution_mode` is not `"fail"` or `"fallback"`
             (checked first, whatever the device), a device cannot be parsed,
-            or ``session`` has no working ``get_providers()``.
-        EnvironmentConfigurationError: The session cannot read ``device`` and
-            the mode is ``"fail"``.
+            or `session` has no working `get_providers()`.
+        EnvironmentConfigurationError: The session cannot read `device` and
+            the mode is `"fail"`.
 
     Examples:
-        Align device in a model's ``from_pretrained``:
+        Align device in a model's `from_pretrained`:
 
         >>> session = onnxruntime.InferenceSession(
         ...     "model.onnx", providers=["CPUExecutionProvider"]
@@ -153,7 +154,7 @@ def align_device_with_onnx_session(
         Traceback (most recent call last):
         onnx_device_guard.EnvironmentConfigurationError: ...
 
-        A session on the second GPU moves ``cuda:0`` there:
+        A session on the second GPU moves `cuda:0` there:
 
         >>> class SessionOnGPU1:
         ...     def get_providers(self):
@@ -183,9 +184,9 @@ def align_device_with_onnx_sessions(
     resolution_mode: DeviceMismatchResolutionMode | None = None,
     fallback_device: DeviceLike | None = None,
 ) -> torch.device:
-    """Return a device that every one of ``sessions`` can read.
+    """Return a device that every one of `sessions` can read.
 
-    Aligns with each session in turn. In ``"fallback"`` mode a later session
+    Aligns with each session in turn. In `"fallback"` mode a later session
     can move the device to a GPU that an earlier one does not run on; then no
     GPU serves them all and the fallback device is used, if they all read it.
     """
@@ -249,33 +250,37 @@ def aligned_device(
     fallback_device: DeviceLike | None = None,
     warn: bool | None = None,
 ) -> Iterator[torch.device]:
-    """Align ``device`` with ``session`` on entry and yield the result.
+    """Align `device` with `session` on entry and yield the result.
 
     The options also hold for the whole block, as a
-    :class:`~onnx_device_guard.device_policy` scope with the same arguments
-    would: nested alignments and guarded factories inside it use them too.
+    [`device_policy`][onnx_device_guard.device_policy] scope with the same
+    arguments would: nested alignments and guarded factories inside it use
+    them too.
 
     Args:
-        session: An initialised ``onnxruntime.InferenceSession`` or any object
-            with ``get_providers()``.
+        session: An initialised `onnxruntime.InferenceSession` or any object
+            with `get_providers()`.
         device: The torch device the code in the block wants to use.
-        resolution_mode: ``"fallback"`` or ``"fail"``; ``None`` keeps the
+        resolution_mode: `"fallback"` or `"fail"`; `None` keeps the
             enclosing scope's.
         fallback_device: Where to go when the session runs no GPU-capable
-            provider; ``None`` keeps the enclosing scope's.
-        warn: ``False`` logs fallbacks at DEBUG level instead of WARNING;
-            ``None`` keeps the enclosing scope's.
+            provider; `None` keeps the enclosing scope's.
+        warn: `False` logs fallbacks at DEBUG level instead of WARNING;
+            `None` keeps the enclosing scope's.
 
     Yields:
-        The aligned :class:`torch.device`.
+        The aligned `torch.device`.
 
     Raises:
         ModelInputError: An argument cannot be used (see
-            :func:`~onnx_device_guard.align_device_with_onnx_session`).
-        EnvironmentConfigurationError: The session cannot read ``device`` and
-            the mode is ``"fail"``.
+            [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session]).
+        EnvironmentConfigurationError: The session cannot read `device` and
+            the mode is `"fail"`.
 
-    Example:
+    Examples:
+        A script that prefers the GPU but must also run where onnxruntime
+        dropped it:
+
         >>> import torch
         >>> from onnx_device_guard import aligned_device
         >>> class CPUSession:
@@ -284,6 +289,16 @@ def aligned_device(
         >>> with aligned_device(CPUSession(), "cuda:0", warn=False) as device:
         ...     torch.zeros(2, device=device).device
         device(type='cpu')
+
+        In `"fail"` mode the block does not run at all:
+
+        >>> from onnx_device_guard import EnvironmentConfigurationError
+        >>> try:
+        ...     with aligned_device(CPUSession(), "cuda:0", resolution_mode="fail"):
+        ...         print("not reached")
+        ... except EnvironmentConfigurationError as error:
+        ...     print(error.help_url)
+        https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#no-data-transfer-registered
     """
     with device_policy(resolution_mode, fallback_device, warn):
         yield align_device_with_onnx_session(session, device)

@@ -1,4 +1,4 @@
-"""``device_guard``: align the device of every model a factory returns."""
+"""`device_guard`: align the device of every model a factory returns."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ _DEVICE_ATTRS = ("_device", "device")
 
 
 class _Decorator(Protocol):
-    """What ``device_guard(...)`` with options returns: a decorator keeping types."""
+    """What `device_guard(...)` with options returns: a decorator keeping types."""
 
     @overload
     def __call__(self, wrapped: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
@@ -70,34 +70,35 @@ def device_guard(
     session_attr: str | tuple[str, ...] | None = None,
     device_attr: str | None = None,
 ) -> Any:
-    """Align the device of the model that a ``from_pretrained``-style factory returns.
+    """Align the device of the model that a `from_pretrained`-style factory returns.
 
     After the factory returns, the guard reads the session and the device off
     the model, aligns them with
-    :func:`~onnx_device_guard.align_device_with_onnx_session` and, when the
-    aligned device differs, writes it back to the attribute it came from (as a
-    string if the model stored a string). It returns the same model object.
+    [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session]
+    and, when the aligned device differs, writes it back to the attribute it
+    came from (as a string if the model stored a string). It returns the same
+    model object.
 
-    Use it bare (``@device_guard``) or with options (``@device_guard(...)``),
+    Use it bare (`@device_guard`) or with options (`@device_guard(...)`),
     on functions, methods, static methods, class methods (stacked either way
-    round with ``@classmethod``) and ``async def`` factories, whose model is
+    round with `@classmethod`) and `async def` factories, whose model is
     aligned once the coroutine has finished. The guarded factory keeps its
     name, docstring, signature and types, and module-level functions and class
     methods pickle by reference, so they can be sent to process pools.
 
     Args:
         wrapped: The factory; given when the decorator is used bare.
-        resolution_mode: ``"fail"`` or ``"fallback"``; ``None`` takes the
+        resolution_mode: `"fail"` or `"fallback"`; `None` takes the
             policy in force when the factory is called.
         fallback_device: Where to go when a session runs no GPU-capable
-            provider; ``None`` takes the policy in force at call time.
+            provider; `None` takes the policy in force at call time.
         session_attr: The attribute that holds the session, or a tuple of
             attributes that must all exist and all accept the device (a model
-            with several sessions). By default the first of ``_session`` and
-            ``session`` that the model has.
+            with several sessions). By default the first of `_session` and
+            `session` that the model has.
         device_attr: The attribute that holds the device. By default the first
-            of ``_device`` and ``device`` that the model has, so a public
-            read-only ``device`` property over ``_device`` works.
+            of `_device` and `device` that the model has, so a public
+            read-only `device` property over `_device` works.
 
     Returns:
         The guarded factory, or a decorator that guards one when called with
@@ -105,14 +106,16 @@ def device_guard(
 
     Raises:
         ModelInputError: At decoration, an option cannot be used or
-            ``wrapped`` is not callable; at call time, the model's session or
+            `wrapped` is not callable; at call time, the model's session or
             device attribute holds an unusable value.
         DeviceGuardError: At call time, the model has none of the attributes
             tried, or the device attribute cannot be written.
-        EnvironmentConfigurationError: At call time, in ``"fail"`` mode, a
+        EnvironmentConfigurationError: At call time, in `"fail"` mode, a
             session cannot read the model's device.
 
-    Example:
+    Examples:
+        Bare, on a class method whose session onnxruntime left on CPU:
+
         >>> import torch
         >>> from onnx_device_guard import device_guard
         >>> class CPUSession:
@@ -147,7 +150,7 @@ def device_guard(
 
 @dataclass(frozen=True)
 class _GuardOptions:
-    """The options of one ``device_guard``, validated when the decorator is applied."""
+    """The options of one `device_guard`, validated when the decorator is applied."""
 
     resolution_mode: DeviceMismatchResolutionMode | None
     fallback_device: torch.device | None
@@ -182,7 +185,7 @@ class _GuardOptions:
         return _GuardedFactory(wrapped, self)
 
     def align(self, model: object, factory: object) -> None:
-        """Align ``model``'s device with its sessions, writing it back if it changes."""
+        """Align `model`'s device with its sessions, writing it back if it changes."""
         session_names = self._session_names(model, factory)
         device_name = self._device_name(model, factory)
         sessions = [getattr(model, name) for name in session_names]
@@ -297,7 +300,7 @@ class _SyncGuard:
 
 
 class _AsyncGuard(_SyncGuard):
-    """The wrapper of an ``async def`` factory: await it, then align the model."""
+    """The wrapper of an `async def` factory: await it, then align the model."""
 
     __slots__ = ()
 
@@ -337,7 +340,7 @@ class _BoundGuardedFactory(_BoundFunctionWrapper):
 
 
 class _GuardedFactory(_FunctionWrapper):
-    """A factory wrapped by :func:`device_guard`; pickles by reference."""
+    """A factory wrapped by `device_guard`; pickles by reference."""
 
     __bound_function_wrapper__ = _BoundGuardedFactory
 

@@ -1,4 +1,4 @@
-"""Turning what users pass as a device into a :class:`torch.device`."""
+"""Turning what users pass as a device into a `torch.device`."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import torch
 from ._errors import ModelInputError
 
 DeviceLike = torch.device | str
-"""A :class:`torch.device`, or a string torch parses into one (``"cuda:1"``)."""
+"""A `torch.device`, or a string torch parses into one (`"cuda:1"`)."""
 
 
 def as_device(value: object, name: str) -> torch.device:
-    """Return ``value`` as a :class:`torch.device`, or raise :class:`ModelInputError`.
+    """Return `value` as a `torch.device`, or raise `ModelInputError`.
 
-    ``name`` is the argument's name, used in the message.
+    `name` is the argument's name, used in the message.
     """
     if isinstance(value, torch.device):
         return value
@@ -32,9 +32,9 @@ def as_device(value: object, name: str) -> torch.device:
 
 
 def cuda_index(device: torch.device) -> int:
-    """Return the CUDA device index that torch uses for ``device``.
+    """Return the CUDA device index that torch uses for `device`.
 
-    ``torch.device("cuda")`` means torch's current CUDA device. Before CUDA is
+    `torch.device("cuda")` means torch's current CUDA device. Before CUDA is
     initialised (and on machines without CUDA) that is device 0; this function
     never initialises CUDA itself.
     """

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 DOCS_URL = "https://onnx-device-guard.readthedocs.io/en/latest/"
-"""Where the built documentation site lives; every ``help_url`` starts here."""
+"""Where the built documentation site lives; every `help_url` starts here."""
 
 
 def help_url(page: str, anchor: str) -> str:
-    """Return the address of ``anchor`` on ``page`` of the documentation site."""
+    """Return the address of `anchor` on `page` of the documentation site."""
     return f"{DOCS_URL}{page}/#{anchor}"
 
 
@@ -17,23 +17,36 @@ class DeviceGuardError(Exception):
     """Base class of every error that onnx-device-guard raises on purpose.
 
     Catch this one to handle all of them. Each error carries a one-paragraph
-    :attr:`message` that says what went wrong and what to do, and a
-    :attr:`help_url` into the documentation that explains the problem at length.
+    [`message`][onnx_device_guard.DeviceGuardError.message] that says what
+    went wrong and what to do, and a
+    [`help_url`][onnx_device_guard.DeviceGuardError.help_url] into the
+    documentation that explains the problem at length. `str(error)` shows
+    both.
 
     Args:
         message: What went wrong and what to do about it.
         help_url: A link into the docs; each subclass has a sensible default.
 
-    Example:
+    Examples:
         >>> from onnx_device_guard import DeviceGuardError
         >>> error = DeviceGuardError("Model.load returned None.")
         >>> error.message
         'Model.load returned None.'
         >>> error.help_url
         'https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#guarded-factories'
+
+        Every error the library raises is one:
+
+        >>> from onnx_device_guard import align_device_with_onnx_session
+        >>> try:
+        ...     align_device_with_onnx_session(object(), "cpu")
+        ... except DeviceGuardError as error:
+        ...     print(type(error).__name__)
+        ModelInputError
     """
 
     default_help_url = help_url("troubleshooting", "guarded-factories")
+    """The `help_url` an error of this class gets when none is passed."""
 
     message: str
     """What went wrong and what to do about it."""
@@ -62,12 +75,17 @@ def _rebuild_error(cls: type[DeviceGuardError], message: str, url: str) -> Devic
 class ModelInputError(DeviceGuardError, ValueError):
     """A value passed to onnx-device-guard is not one it can work with.
 
-    Raised for an unknown ``resolution_mode``, a device that is neither a
-    :class:`torch.device` nor a string torch can parse, or a session object
-    without a working ``get_providers()``. The message names the bad value.
-    It is also a :class:`ValueError`.
+    Raised for an unknown `resolution_mode`, a device that is neither a
+    `torch.device` nor a string torch can parse, or a session object
+    without a working `get_providers()`. The message names the bad value.
+    It is also a `ValueError`.
 
-    Example:
+    Args:
+        message: What went wrong and what to do about it.
+        help_url: A link into the docs; by default the section on bad
+            arguments.
+
+    Examples:
         >>> import torch
         >>> from onnx_device_guard import ModelInputError, align_device_with_onnx_session
         >>> class Session:
@@ -86,12 +104,19 @@ class ModelInputError(DeviceGuardError, ValueError):
 class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
     """The session cannot read tensors from the requested device.
 
-    Raised in ``"fail"`` mode when the device is CUDA but the session runs no
+    Raised in `"fail"` mode when the device is CUDA but the session runs no
     GPU-capable execution provider, or runs it on another GPU than the one
-    asked for. The message names the device, the session's effective providers
-    and what to change. It is also a :class:`RuntimeError`.
+    asked for; also, in either mode, when a model's sessions run on different
+    GPUs and cannot all read the fallback device. The message names the
+    device, the session's effective providers and what to change. It is also
+    a `RuntimeError`.
 
-    Example:
+    Args:
+        message: What went wrong and what to do about it.
+        help_url: A link into the docs; by default the section on the
+            "no data transfer registered" error.
+
+    Examples:
         >>> from onnx_device_guard import (
         ...     EnvironmentConfigurationError,
         ...     align_device_with_onnx_session,

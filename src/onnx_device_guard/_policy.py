@@ -18,11 +18,12 @@ from ._errors import ModelInputError
 DeviceMismatchResolutionMode = Literal["fail", "fallback"]
 """How a device the session cannot read is resolved.
 
-* ``"fallback"``: log the mismatch and return a device the session can read
+* `"fallback"`: log the mismatch and return a device the session can read
   (the fallback device, CPU unless configured otherwise).
-* ``"fail"``: raise :class:`~onnx_device_guard.EnvironmentConfigurationError`.
+* `"fail"`: raise
+  [`EnvironmentConfigurationError`][onnx_device_guard.EnvironmentConfigurationError].
 
-Example:
+Examples:
     >>> import typing
     >>> from onnx_device_guard import DeviceMismatchResolutionMode
     >>> typing.get_args(DeviceMismatchResolutionMode)
@@ -35,7 +36,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def check_mode(value: object) -> DeviceMismatchResolutionMode:
-    """Return ``value`` if it is a resolution mode, else raise :class:`ModelInputError`."""
+    """Return `value` if it is a resolution mode, else raise `ModelInputError`."""
     if value == "fail" and isinstance(value, str):
         return "fail"
     if value == "fallback" and isinstance(value, str):
@@ -45,7 +46,7 @@ def check_mode(value: object) -> DeviceMismatchResolutionMode:
 
 
 def check_warn(value: object) -> bool:
-    """Return ``value`` if it is a bool, else raise :class:`ModelInputError`."""
+    """Return `value` if it is a bool, else raise `ModelInputError`."""
     if isinstance(value, bool):
         return value
     raise ModelInputError(f"warn must be True or False; got {type(value).__name__} {value!r}.")
@@ -66,39 +67,40 @@ _CURRENT: ContextVar[Policy] = ContextVar("onnx_device_guard_policy", default=_D
 
 
 def current_policy() -> Policy:
-    """Return the innermost :func:`device_policy` in force in this thread or task."""
+    """Return the innermost `device_policy` in force in this thread or task."""
     return _CURRENT.get()
 
 
 class device_policy:  # noqa: N801 - a context manager, named like contextlib's
     """Set alignment defaults for a block of code, or for every call of a function.
 
-    Inside the block, :func:`~onnx_device_guard.align_device_with_onnx_session`,
-    :func:`~onnx_device_guard.aligned_device` and guarded factories use these
-    values for every option they are not given explicitly. An option left at
-    ``None`` keeps the value of the enclosing scope. Outside any scope the
-    defaults are ``resolution_mode="fallback"``, ``fallback_device=cpu`` and
-    ``warn=True``.
+    Inside the block,
+    [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session],
+    [`aligned_device`][onnx_device_guard.aligned_device] and guarded
+    factories use these values for every option they are not given
+    explicitly. An option left at `None` keeps the value of the enclosing
+    scope. Outside any scope the defaults are `resolution_mode="fallback"`,
+    `fallback_device=cpu` and `warn=True`.
 
     Scopes nest, and leaving one (also by an exception) restores the one
-    outside it. They live in a :class:`contextvars.ContextVar`: a new thread
+    outside it. They live in a `contextvars.ContextVar`: a new thread
     starts with the defaults, an asyncio task starts with the scope in force
     where it was created, and neither ever sees another's changes. One
     instance may be entered any number of times, also concurrently, and works
-    as a decorator of plain and ``async def`` functions.
+    as a decorator of plain and `async def` functions.
 
     Args:
-        resolution_mode: ``"fail"`` or ``"fallback"`` (see
-            :data:`~onnx_device_guard.DeviceMismatchResolutionMode`).
-        fallback_device: The device a ``"fallback"`` resolution returns when the
+        resolution_mode: `"fail"` or `"fallback"` (see
+            [`DeviceMismatchResolutionMode`][onnx_device_guard.DeviceMismatchResolutionMode]).
+        fallback_device: The device a `"fallback"` resolution returns when the
             session runs no GPU-capable provider.
-        warn: ``False`` reports fallbacks at DEBUG level instead of WARNING, for
+        warn: `False` reports fallbacks at DEBUG level instead of WARNING, for
             scripts on machines known to have no GPU.
 
     Raises:
         ModelInputError: An option has a value it cannot take.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from onnx_device_guard import align_device_with_onnx_session, device_policy
         >>> class CPUSession:
@@ -109,6 +111,15 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         device(type='meta')
         >>> align_device_with_onnx_session(CPUSession(), "cuda")
         device(type='cpu')
+
+        As a decorator, the scope holds for every call:
+
+        >>> @device_policy(resolution_mode="fail")
+        ... def load(session):
+        ...     return align_device_with_onnx_session(session, "cuda")
+        >>> load(CPUSession())
+        Traceback (most recent call last):
+        onnx_device_guard.EnvironmentConfigurationError: ...
     """
 
     __slots__ = ("_fallback_device", "_resolution_mode", "_warn")
@@ -158,7 +169,27 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         _CURRENT.set(_DEFAULT_POLICY if outer is None else outer)
 
     def __call__(self, function: F) -> F:
-        """Run every call of ``function`` inside this scope."""
+        """Run every call of `function` inside this scope.
+
+        Args:
+            function: A plain or `async def` function; an `async def` one
+                runs its whole body, awaits included, inside the scope.
+
+        Returns:
+            A wrapper of `function` with the same name, signature and types.
+
+        Raises:
+            ModelInputError: `function` is a generator function, whose body
+                would run after the scope had ended.
+
+        Examples:
+            >>> from onnx_device_guard import device_policy
+            >>> @device_policy(warn=False)
+            ... def quiet():
+            ...     return "ran inside the scope"
+            >>> quiet()
+            'ran inside the scope'
+        """
         if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
             raise ModelInputError(
                 f"device_policy cannot decorate the generator function "

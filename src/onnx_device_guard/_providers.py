@@ -19,11 +19,11 @@ GPU_CAPABLE_EXECUTION_PROVIDERS: frozenset[str] = frozenset(
 """Names of the onnxruntime execution providers that read tensors in CUDA memory.
 
 A session whose effective providers include one of these can consume
-``cuda`` torch tensors (ROCm and MIGraphX builds of torch also call their
-devices ``cuda``). DirectML, CoreML, OpenVINO and the other providers do not
+`cuda` torch tensors (ROCm and MIGraphX builds of torch also call their
+devices `cuda`). DirectML, CoreML, OpenVINO and the other providers do not
 count: they cannot read torch's CUDA memory.
 
-Example:
+Examples:
     >>> from onnx_device_guard import GPU_CAPABLE_EXECUTION_PROVIDERS
     >>> "CUDAExecutionProvider" in GPU_CAPABLE_EXECUTION_PROVIDERS
     True
@@ -33,16 +33,16 @@ Example:
 
 
 class SessionLike(Protocol):
-    """What this library needs of a session: an ``onnxruntime.InferenceSession`` has it.
+    """What this library needs of a session: an `onnxruntime.InferenceSession` has it.
 
-    ``get_provider_options()`` is optional; without it no device index is checked.
+    `get_provider_options()` is optional; without it no device index is checked.
     """
 
     def get_providers(self) -> list[str]: ...
 
 
 def require_session(session: object) -> Callable[[], object]:
-    """Return ``session.get_providers``, or raise :class:`ModelInputError` if it has none."""
+    """Return `session.get_providers`, or raise `ModelInputError` if it has none."""
     get_providers = getattr(session, "get_providers", None)
     if not callable(get_providers):
         raise ModelInputError(
@@ -53,7 +53,7 @@ def require_session(session: object) -> Callable[[], object]:
 
 
 def effective_providers(session: object) -> tuple[str, ...]:
-    """Return ``session.get_providers()`` as a tuple, or raise :class:`ModelInputError`."""
+    """Return `session.get_providers()` as a tuple, or raise `ModelInputError`."""
     get_providers = require_session(session)
     try:
         providers = get_providers()
@@ -76,7 +76,7 @@ def effective_providers(session: object) -> tuple[str, ...]:
 
 
 def first_gpu_provider(providers: tuple[str, ...]) -> str | None:
-    """Return the first GPU-capable provider in ``providers``, in the session's order."""
+    """Return the first GPU-capable provider in `providers`, in the session's order."""
     for name in providers:
         if name in GPU_CAPABLE_EXECUTION_PROVIDERS:
             return name
@@ -84,10 +84,10 @@ def first_gpu_provider(providers: tuple[str, ...]) -> str | None:
 
 
 def provider_device_id(session: object, provider: str) -> int | None:
-    """Return the ``device_id`` that ``provider`` runs on in ``session``, if it says.
+    """Return the `device_id` that `provider` runs on in `session`, if it says.
 
-    ``None`` when the session has no ``get_provider_options()`` or the provider's
-    options hold no ``device_id``. Malformed options raise :class:`ModelInputError`.
+    `None` when the session has no `get_provider_options()` or the provider's
+    options hold no `device_id`. Malformed options raise `ModelInputError`.
     """
     get_options = getattr(session, "get_provider_options", None)
     if not callable(get_options):
