@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Keep a model's torch device in line with what its onnxruntime session reads.",
+        epilog="See 'onnx-device-guard doctor --help' for its checks and exit status.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", required=True)

@@ -8,6 +8,7 @@ command line and choosing the exit status is :mod:`onnx_device_guard._cli`'s.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -335,7 +336,7 @@ def _distribution_findings(facts: Facts) -> list[Finding]:
                 "which execution providers load depends on the order they were installed in."
             ),
             fix=(
-                f"Uninstall all of them (pip uninstall -y {names}), then install exactly one: "
+                f"Uninstall all of them (`pip uninstall -y {names}`), then install exactly one: "
                 "onnxruntime-gpu for CUDA, onnxruntime for CPU only."
             ),
             help_url=_INSTALL_URL,
@@ -379,7 +380,7 @@ def _not_in_build(name: str, facts: Facts) -> Finding:
         if facts.module_owners:
             owners = " ".join(dist.name for dist in facts.module_owners)
             fix = f"pip uninstall -y {owners} && {fix}"
-        fix = f"Install the onnxruntime build that has it: {fix}"
+        fix = f"Install the onnxruntime build that has it: `{fix}`"
         if wanted == "onnxruntime-gpu":
             fix += " (exactly one onnxruntime package, none beside it)"
         fix += "."
@@ -466,8 +467,8 @@ def _device_findings(facts: Facts) -> list[Finding]:
                     f"{', '.join(facts.requested_providers)}, none of which reads CUDA tensors."
                 ),
                 fix=(
-                    f"Put {in_build} first in the providers (--providers {in_build} "
-                    "CPUExecutionProvider), or ask for device 'cpu'."
+                    f"Put {in_build} first in the providers (`--providers {in_build} "
+                    "CPUExecutionProvider`), or ask for device 'cpu'."
                 ),
                 help_url=mismatch.help_url,
             )
@@ -481,7 +482,7 @@ def _device_findings(facts: Facts) -> list[Finding]:
                 f"provider; it offers only {', '.join(facts.available_providers)}."
             ),
             fix=(
-                f"To run on the GPU: pip uninstall -y {owners} && pip install onnxruntime-gpu. "
+                f"To run on the GPU: `pip uninstall -y {owners} && pip install onnxruntime-gpu`. "
                 "Otherwise ask for device 'cpu'."
             ),
             help_url=_INSTALL_URL,
@@ -614,9 +615,11 @@ def _shorten(text: str, limit: int = 400) -> str:
 
 
 def _wrap(text: str, *, indent: int, first: str = "", width: int = 88) -> str:
+    """Fill ``text``, never breaking a `command` in backticks (textwrap keeps U+00A0)."""
     if not text.strip():
         return first.rstrip()
-    return textwrap.fill(
+    text = re.sub(r"`[^`]+`", lambda span: span.group().replace(" ", "\u00a0"), text)
+    filled = textwrap.fill(
         text,
         width=max(width, indent + 40),
         initial_indent=first,
@@ -624,3 +627,4 @@ def _wrap(text: str, *, indent: int, first: str = "", width: int = 88) -> str:
         break_long_words=False,
         break_on_hyphens=False,
     )
+    return filled.replace("\u00a0", " ")

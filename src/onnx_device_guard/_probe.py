@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ._alignment import align_device_with_onnx_session, find_mismatch
+from ._alignment import Mismatch, align_device_with_onnx_session, find_mismatch
 from ._devices import cuda_index
 from ._doctor import Facts, InferenceCheck, InstalledDistribution
 from ._errors import ModelInputError
@@ -108,10 +108,7 @@ def gather(
     else:
         source, label = model, str(model)
     session, messages, retry = create_session(ort, source, label, providers)
-    # The library's own core decides, quietly: the report says what it decided.
-    with device_policy(warn=False):
-        aligned = align_device_with_onnx_session(session, requested_device, "fallback", "cpu")
-    mismatch = find_mismatch(session, requested_device) if aligned != requested_device else None
+    aligned, mismatch = align(session, requested_device)
     return Facts(
         model=label,
         onnx_device_guard_version=__version__,
@@ -137,6 +134,27 @@ def gather(
         session_retry=retry,
         torch_messages=torch_messages,
     )
+
+
+def align(session: object, device: torch.device) -> tuple[torch.device, Mismatch | None]:
+    """Align ``device`` with ``session`` through the library's core, in ``"fallback"`` mode.
+
+    Returns the aligned device and, when it differs from ``device``, the core's
+    explanation of the mismatch. Nothing is logged: the report says it all.
+
+    Example:
+        >>> import torch
+        >>> from onnx_device_guard._probe import align
+        >>> class CPUSession:
+        ...     def get_providers(self):
+        ...         return ["CPUExecutionProvider"]
+        >>> aligned, mismatch = align(CPUSession(), torch.device("cuda:0"))
+        >>> aligned, mismatch.session_device
+        (device(type='cpu'), None)
+    """
+    with device_policy(warn=False):
+        aligned = align_device_with_onnx_session(session, device, "fallback", "cpu")
+    return aligned, (find_mismatch(session, device) if aligned != device else None)
 
 
 # The environment.
