@@ -33,6 +33,7 @@ from onnx_device_guard._doctor import (
 )
 from onnx_device_guard._probe import (
     TINY_MODEL,
+    Captured,
     align,
     captured_output,
     check_model_file,
@@ -597,6 +598,27 @@ class TestModelFile:
 
 
 class TestCapturedOutput:
+    def test_messages_drop_banners_colours_and_timestamps(self) -> None:
+        """Messages are one clean line each; the retry's error is picked out."""
+        captured = Captured(
+            stdout=(
+                "*************** EP Error ***************\n"
+                "EP Error Unknown Provider Type: X when using ['X']\n"
+                "Falling back to ['CPUExecutionProvider'] and retrying.\n"
+                "****************************************\n"
+            ),
+            stderr=f"\x1b[0;93m2026-01-02 03:04:05.678 {CUDA_LOAD_FAILURE}\x1b[m\n\n",
+            warnings=["Specified provider 'X' is not in available provider names."],
+        )
+
+        assert captured.messages() == (
+            "Specified provider 'X' is not in available provider names.",
+            "EP Error Unknown Provider Type: X when using ['X']",
+            "Falling back to ['CPUExecutionProvider'] and retrying.",
+            CUDA_LOAD_FAILURE,
+        )
+        assert captured.retry() == "Unknown Provider Type: X when using ['X']"
+
     def test_captures_warnings_prints_and_native_stderr(
         self, capfd: pytest.CaptureFixture[str]
     ) -> None:
@@ -626,13 +648,13 @@ class TestCreateSession:
         self, tiny_model_path: Path
     ) -> None:
         """CUDA requested of the CPU build: the session runs CPU, onnxruntime's warning is kept."""
-        session, messages, retry = create_session(
+        session, said = create_session(
             onnxruntime, tiny_model_path, "tiny.onnx", [(CUDA, {}), (CPU, {})]
         )
 
         assert session.get_providers() == [CPU]
-        assert any(f"Specified provider '{CUDA}'" in message for message in messages)
-        assert retry is None
+        assert any(f"Specified provider '{CUDA}'" in message for message in said.messages())
+        assert said.retry() is None
 
     @pytest.mark.skipif(
         "ROCMExecutionProvider" in onnxruntime.get_all_providers(),
@@ -640,14 +662,15 @@ class TestCreateSession:
     )
     def test_retry_is_recorded(self, tiny_model_path: Path) -> None:
         """A provider this build cannot create makes onnxruntime retry; the error is kept."""
-        session, messages, retry = create_session(
+        session, said = create_session(
             onnxruntime, tiny_model_path, "tiny.onnx", [("ROCMExecutionProvider", {}), (CPU, {})]
         )
+        retry = said.retry()
 
         assert session.get_providers() == [CPU]
         assert retry is not None
-        assert "ROCMExecutionProvider" in retry
-        assert not any("****" in message for message in messages)
+        assert retry.startswith("Unknown Provider Type: ROCMExecutionProvider")
+        assert not any("****" in message for message in said.messages())
 
     def test_not_an_onnx_model_is_bad_input(self, tmp_path: Path) -> None:
         """A text file named .onnx is reported as not an ONNX model."""

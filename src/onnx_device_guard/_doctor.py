@@ -261,13 +261,16 @@ def render_text(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) ->
     lines = [_wrap(value, indent=2 + width, first=f"  {label:<{width}}") for label, value in rows]
     messages = facts.onnxruntime_messages + facts.torch_messages
     if messages:
-        lines += ["", "Messages while probing (onnxruntime, torch):"]
+        lines += ["", "What onnxruntime and torch said:"]
         lines += [_wrap(_shorten(message), indent=4, first="  - ") for message in messages]
     lines += ["", _wrap(headline(facts), indent=0)]
     if strict and facts.fell_back and verdict(facts) == "fallback":
         lines.append("--strict: the device had to be changed, so the exit status is 1.")
     if findings:
-        lines += ["", "Diagnosis:"]
+        lines += [
+            "",
+            "Diagnosis:" if verdict(facts) != "ok" else "Notes (the device needs no change):",
+        ]
         for number, finding in enumerate(findings, start=1):
             lines.append(_wrap(finding.problem, indent=5, first=f"  {number}. "))
             lines.append(_wrap(f"Fix: {finding.fix}", indent=5, first="     "))

@@ -95,7 +95,8 @@ def gather(
 
     if model is not None:
         check_model_file(model)
-    ort = import_onnxruntime()
+    with captured_output() as on_import:
+        ort = import_onnxruntime()
     gpu_build, device_count, torch_messages = torch_cuda_facts()
     requested_device = torch.device("cuda" if device_count else "cpu") if device is None else device
     available = tuple(ort.get_available_providers())
@@ -107,8 +108,10 @@ def gather(
         label = TINY_MODEL
     else:
         source, label = model, str(model)
-    session, messages, retry = create_session(ort, source, label, providers)
+    session, on_creation = create_session(ort, source, label, providers)
     aligned, mismatch = align(session, requested_device)
+    with captured_output() as on_run:
+        inference = run_inference(session, aligned)
     return Facts(
         model=label,
         onnx_device_guard_version=__version__,
@@ -129,9 +132,13 @@ def gather(
         requested_device=requested_device,
         aligned_device=aligned,
         mismatch=mismatch,
-        inference=run_inference(session, aligned),
-        onnxruntime_messages=messages,
-        session_retry=retry,
+        inference=inference,
+        onnxruntime_messages=(
+            *on_import.messages(),
+            *on_creation.messages(),
+            *on_run.messages(),
+        ),
+        session_retry=on_creation.retry(),
         torch_messages=torch_messages,
     )
 
@@ -315,13 +322,13 @@ def suggest_provider(name: str, known: Iterable[str]) -> str | None:
 
 def create_session(
     ort: Any, source: Path | bytes, label: str, providers: Sequence[ProviderSpec]
-) -> tuple[Any, tuple[str, ...], str | None]:
+) -> tuple[Any, Captured]:
     """Create the session as a program would, keeping what onnxruntime says meanwhile.
 
-    Returns the session, onnxruntime's messages (its warnings, what it printed
-    and what its native log wrote to stderr) and, when the first try failed and
-    onnxruntime retried with its fallback providers, the error of that try.
-    Raises :class:`ModelInputError` if no session can be created at all.
+    Returns the session and what onnxruntime said while creating it: its
+    warnings, what it printed (the banner of a retry with its fallback
+    providers) and what its native log wrote to stderr. Raises
+    :class:`ModelInputError` if no session can be created at all.
     """
     arguments = [(name, dict(options)) if options else name for name, options in providers]
     model = source if isinstance(source, bytes) else str(source)
@@ -334,7 +341,7 @@ def create_session(
             failure = None
     if failure is not None:
         raise ModelInputError(_session_error(label, failure))
-    return (session, *_session_messages(captured))
+    return session, captured
 
 
 def _session_error(label: str, error: Exception) -> str:
@@ -350,23 +357,6 @@ def _session_error(label: str, error: Exception) -> str:
     return f"onnxruntime cannot create a session for '{label}': {reason}"
 
 
-def _session_messages(captured: Captured) -> tuple[tuple[str, ...], str | None]:
-    messages = [_one_line(text) for text in captured.warnings]
-    retry = None
-    for line in captured.stdout.splitlines():
-        if line.strip("* \t") in ("", "EP Error"):
-            continue  # the banner around onnxruntime's retry notice
-        if line.startswith("EP Error"):
-            retry = line.removeprefix("EP Error").lstrip(": ").strip()
-        messages.append(line.strip())
-    for line in captured.stderr.splitlines():
-        # onnxruntime's native log colours its lines and stamps them with the time.
-        line = _TIMESTAMP.sub("", _ANSI.sub("", line)).strip()
-        if line:
-            messages.append(line)
-    return tuple(messages), retry
-
-
 @dataclass
 class Captured:
     """What was said while :func:`captured_output` was in force."""
@@ -374,6 +364,26 @@ class Captured:
     stdout: str = ""
     stderr: str = ""
     warnings: list[str] = field(default_factory=list)
+
+    def messages(self) -> tuple[str, ...]:
+        """Return the warnings, printed lines and native log lines, one line each."""
+        messages = [_one_line(text) for text in self.warnings]
+        for line in self.stdout.splitlines():
+            if line.strip("* \t") not in ("", "EP Error"):  # not the banner of a retry
+                messages.append(line.strip())
+        for line in self.stderr.splitlines():
+            # onnxruntime's native log colours its lines and stamps them with the time.
+            line = _TIMESTAMP.sub("", _ANSI.sub("", line)).strip()
+            if line:
+                messages.append(line)
+        return tuple(messages)
+
+    def retry(self) -> str | None:
+        """Return the error onnxruntime printed when it retried with its fallback providers."""
+        for line in self.stdout.splitlines():
+            if line.startswith("EP Error"):
+                return line.removeprefix("EP Error").lstrip(": ").strip()
+        return None
 
 
 @contextlib.contextmanager
