@@ -1,4 +1,4 @@
-"""``python -m onnx_device_guard doctor``: the same command line as ``onnx-device-guard``."""
+"""`python -m onnx_device_guard doctor`: the same command line as `onnx-device-guard`."""
 
 from ._cli import main
 

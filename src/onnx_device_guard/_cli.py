@@ -1,7 +1,7 @@
-"""The ``onnx-device-guard`` command line; ``doctor`` is its one command.
+"""The `onnx-device-guard` command line; `doctor` is its one command.
 
-``main`` parses the arguments, lets :mod:`onnx_device_guard._probe` gather the
-facts and :mod:`onnx_device_guard._doctor` explain them, prints the report on
+`main` parses the arguments, lets `_probe` gather the
+facts and `_doctor` explain them, prints the report on
 stdout and returns the exit status. Bad input is one line on stderr and exit
 status 2, never a traceback.
 """
@@ -44,14 +44,14 @@ aligned device, and reports what it found with the likely causes and fixes.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    """Run the command line with `argv` (default `sys.argv[1:]`); return the exit status."""
     args = build_parser().parse_args(argv)
     status: int = args.handler(args)
     return status
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Return the parser of ``onnx-device-guard`` and its ``doctor`` command."""
+    """Return the parser of `onnx-device-guard` and its `doctor` command."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Keep a model's torch device in line with what its onnxruntime session reads.",
@@ -100,9 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_device(text: str) -> torch.device:
-    """Return ``--device``'s value as a :class:`torch.device`, or raise :class:`ModelInputError`.
+    """Return `--device`'s value as a `device`, or raise `ModelInputError`.
 
-    Example:
+    Examples:
         >>> from onnx_device_guard._cli import parse_device
         >>> parse_device("cuda:1")
         device(type='cuda', index=1)
@@ -120,9 +120,9 @@ def parse_device(text: str) -> torch.device:
 
 
 def parse_provider(text: str) -> tuple[str, dict[str, str]]:
-    """Return ``--providers``' ``NAME[:KEY=VALUE,...]`` as a name and its options.
+    """Return `--providers`' `NAME[:KEY=VALUE,...]` as a name and its options.
 
-    Example:
+    Examples:
         >>> from onnx_device_guard._cli import parse_provider
         >>> parse_provider("CUDAExecutionProvider:device_id=1")
         ('CUDAExecutionProvider', {'device_id': '1'})

@@ -1,9 +1,9 @@
-"""What ``onnx-device-guard doctor`` found: the facts, what they mean, and the report.
+"""What `onnx-device-guard doctor` found: the facts, what they mean, and the report.
 
-Everything here is a pure function of a :class:`Facts` record, so each cause
+Everything here is a pure function of a `Facts` record, so each cause
 the doctor can name is testable with made-up environments. Gathering the facts
-from the live machine is :mod:`onnx_device_guard._probe`'s job; parsing the
-command line and choosing the exit status is :mod:`onnx_device_guard._cli`'s.
+from the live machine is `_probe`'s job; parsing the
+command line and choosing the exit status is `_cli`'s.
 """
 
 from __future__ import annotations
@@ -67,16 +67,16 @@ FindingKind = Literal[
     "inference-failed",
     "inference-skipped",
 ]
-"""The causes and notes the doctor can report, as ``Finding.kind`` names them."""
+"""The causes and notes the doctor can report, as `Finding.kind` names them."""
 
 
 @dataclass(frozen=True)
 class InstalledDistribution:
-    """An installed distribution whose name starts with ``onnxruntime`` (or ``ort-nightly``).
+    """An installed distribution whose name starts with `onnxruntime` (or `ort-nightly`).
 
-    ``provides_module`` tells whether it installs the ``onnxruntime`` module
-    itself (``onnxruntime``, ``onnxruntime-gpu``, ``onnxruntime-directml``...)
-    rather than an add-on (``onnxruntime-extensions``, ``onnxruntime-genai``).
+    `provides_module` tells whether it installs the `onnxruntime` module
+    itself (`onnxruntime`, `onnxruntime-gpu`, `onnxruntime-directml`...)
+    rather than an add-on (`onnxruntime-extensions`, `onnxruntime-genai`).
     """
 
     name: str
@@ -109,19 +109,19 @@ class Facts:
     """Python's version and the platform, as one short string."""
     torch_version: str
     torch_gpu_build: str | None
-    """``"CUDA 12.4"`` or ``"ROCm 6.2"`` for a GPU build of torch, ``None`` for a CPU-only one."""
+    """`"CUDA 12.4"` or `"ROCm 6.2"` for a GPU build of torch, `None` for a CPU-only one."""
     torch_cuda_device_count: int
     """How many CUDA devices torch sees (0 where it sees none)."""
     onnxruntime_version: str
     installed_distributions: tuple[InstalledDistribution, ...]
     available_providers: tuple[str, ...]
-    """``onnxruntime.get_available_providers()``: the providers in this build."""
+    """`onnxruntime.get_available_providers()`: the providers in this build."""
     requested_providers: tuple[str, ...]
     session_providers: tuple[str, ...]
-    """``session.get_providers()``: the providers the session really runs."""
+    """`session.get_providers()`: the providers the session really runs."""
     requested_device: torch.device
     aligned_device: torch.device
-    """What :func:`~onnx_device_guard.align_device_with_onnx_session` chose."""
+    """What `align_device_with_onnx_session` chose."""
     inference: InferenceCheck
     mismatch: Mismatch | None = None
     """The core's explanation, when the aligned device differs from the requested one."""
@@ -141,7 +141,7 @@ class Facts:
 
     @property
     def module_owners(self) -> tuple[InstalledDistribution, ...]:
-        """The installed distributions that provide the ``onnxruntime`` module."""
+        """The installed distributions that provide the `onnxruntime` module."""
         return tuple(dist for dist in self.installed_distributions if dist.provides_module)
 
 
@@ -160,9 +160,9 @@ class Finding:
 
 
 def diagnose(facts: Facts) -> tuple[Finding, ...]:
-    """Return the causes and notes that explain ``facts``, most fundamental first.
+    """Return the causes and notes that explain `facts`, most fundamental first.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from onnx_device_guard._doctor import Facts, InferenceCheck, diagnose
         >>> facts = Facts(
@@ -188,17 +188,17 @@ def diagnose(facts: Facts) -> tuple[Finding, ...]:
 
 
 def verdict(facts: Facts) -> Verdict:
-    """Return ``"failed"`` if the test inference raised, else ``"fallback"`` or ``"ok"``."""
+    """Return `"failed"` if the test inference raised, else `"fallback"` or `"ok"`."""
     if facts.inference.status == "failed":
         return "failed"
     return "fallback" if facts.fell_back else "ok"
 
 
 def exit_code(facts: Facts, *, strict: bool) -> int:
-    """Return the command's exit status for ``facts`` (2, bad input, is the CLI's own).
+    """Return the command's exit status for `facts` (2, bad input, is the CLI's own).
 
     0: the session reads the requested device, or the device was changed and
-    ``strict`` is off; 1: ``strict`` and the device was changed; 3: the test
+    `strict` is off; 1: `strict` and the device was changed; 3: the test
     inference did not complete.
     """
     if verdict(facts) == "failed":
@@ -207,7 +207,7 @@ def exit_code(facts: Facts, *, strict: bool) -> int:
 
 
 def headline(facts: Facts) -> str:
-    """Return the verdict line: ``OK: ...``, ``FALLBACK: ...`` or ``FAILED: ...``."""
+    """Return the verdict line: `OK: ...`, `FALLBACK: ...` or `FAILED: ...`."""
     requested, aligned = str(facts.requested_device), str(facts.aligned_device)
     result = verdict(facts)
     if result == "failed":
@@ -618,7 +618,7 @@ def _shorten(text: str, limit: int = 400) -> str:
 
 
 def _wrap(text: str, *, indent: int, first: str = "", width: int = 88) -> str:
-    """Fill ``text``, never breaking a `command` in backticks (textwrap keeps U+00A0)."""
+    """Fill `text`, never breaking a `command` in backticks (textwrap keeps U+00A0)."""
     if not text.strip():
         return first.rstrip()
     text = re.sub(r"`[^`]+`", lambda span: span.group().replace(" ", "\u00a0"), text)

@@ -1,10 +1,10 @@
-"""Probing the live machine for ``doctor``: torch, onnxruntime, one session, one inference.
+"""Probing the live machine for `doctor`: torch, onnxruntime, one session, one inference.
 
-:func:`gather` collects everything into a :class:`~onnx_device_guard._doctor.Facts`
+`gather` collects everything into a `Facts`
 record. onnxruntime is imported here, inside the functions, never when
-``onnx_device_guard`` itself is imported. Bad input (a model file that is not
+`onnx_device_guard` itself is imported. Bad input (a model file that is not
 there, an unknown provider, no onnxruntime) raises
-:class:`~onnx_device_guard.ModelInputError` with a one-line message.
+`ModelInputError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -80,11 +80,11 @@ def gather(
     """Probe torch and onnxruntime, create a session, align the device, run one inference.
 
     Args:
-        model: The ONNX model file; ``None`` uses the packaged tiny model.
-        device: The torch device to check; ``None`` takes ``cuda`` when torch
-            sees a CUDA device, else ``cpu``.
-        providers: The execution providers to request, in order; ``None``
-            takes ``onnxruntime.get_available_providers()``.
+        model: The ONNX model file; `None` uses the packaged tiny model.
+        device: The torch device to check; `None` takes `cuda` when torch
+            sees a CUDA device, else `cpu`.
+        providers: The execution providers to request, in order; `None`
+            takes `onnxruntime.get_available_providers()`.
 
     Raises:
         ModelInputError: Bad input: the model file is missing, unreadable or
@@ -144,12 +144,12 @@ def gather(
 
 
 def align(session: object, device: torch.device) -> tuple[torch.device, Mismatch | None]:
-    """Align ``device`` with ``session`` through the library's core, in ``"fallback"`` mode.
+    """Align `device` with `session` through the library's core, in `"fallback"` mode.
 
-    Returns the aligned device and, when it differs from ``device``, the core's
+    Returns the aligned device and, when it differs from `device`, the core's
     explanation of the mismatch. Nothing is logged: the report says it all.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from onnx_device_guard._probe import align
         >>> class CPUSession:
@@ -168,7 +168,7 @@ def align(session: object, device: torch.device) -> tuple[torch.device, Mismatch
 
 
 def import_onnxruntime() -> Any:
-    """Import and return onnxruntime, or raise :class:`ModelInputError` saying why not."""
+    """Import and return onnxruntime, or raise `ModelInputError` saying why not."""
     try:
         import onnxruntime
     except ModuleNotFoundError as error:
@@ -198,9 +198,9 @@ def import_onnxruntime() -> Any:
 def onnxruntime_distributions(
     distributions: Iterable[metadata.Distribution] | None = None,
 ) -> tuple[InstalledDistribution, ...]:
-    """Return the installed distributions named ``onnxruntime*`` or ``ort-nightly*``.
+    """Return the installed distributions named `onnxruntime*` or `ort-nightly*`.
 
-    Names are normalised (``onnxruntime_gpu`` is ``onnxruntime-gpu``) and
+    Names are normalised (`onnxruntime_gpu` is `onnxruntime-gpu`) and
     sorted; a distribution found twice on the path counts once.
     """
     found: dict[str, InstalledDistribution] = {}
@@ -226,7 +226,7 @@ def _provides_module(dist: metadata.Distribution, name: str) -> bool:
 
 
 def torch_cuda_facts() -> tuple[str | None, int, tuple[str, ...]]:
-    """Return torch's GPU build (``"CUDA 12.4"`` or ``None``), CUDA device count and warnings."""
+    """Return torch's GPU build (`"CUDA 12.4"` or `None`), CUDA device count and warnings."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -240,7 +240,7 @@ def torch_cuda_facts() -> tuple[str | None, int, tuple[str, ...]]:
 
 
 def check_model_file(path: Path) -> None:
-    """Raise :class:`ModelInputError` unless ``path`` is a readable, non-empty file."""
+    """Raise `ModelInputError` unless `path` is a readable, non-empty file."""
     if not path.exists():
         raise ModelInputError(f"model file '{path}' does not exist")
     if path.is_dir():
@@ -257,13 +257,13 @@ def check_model_file(path: Path) -> None:
 
 
 def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
-    """Raise :class:`ModelInputError` for a provider name onnxruntime does not know.
+    """Raise `ModelInputError` for a provider name onnxruntime does not know.
 
-    ``known`` is ``onnxruntime.get_all_providers()``; the GPU-capable providers
+    `known` is `onnxruntime.get_all_providers()`; the GPU-capable providers
     count as known too, since not every build lists them. The message suggests
     the closest known name.
 
-    Example:
+    Examples:
         >>> from onnx_device_guard import ModelInputError
         >>> from onnx_device_guard._probe import check_provider_names
         >>> try:
@@ -286,12 +286,12 @@ def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
 
 
 def suggest_provider(name: str, known: Iterable[str]) -> str | None:
-    """Return the known provider name closest to ``name``, or ``None`` if none is close.
+    """Return the known provider name closest to `name`, or `None` if none is close.
 
-    Case, the ``ExecutionProvider`` suffix and a few common short names
-    (``cuda``, ``gpu``, ``trt``, ``directml``) are forgiven before spelling.
+    Case, the `ExecutionProvider` suffix and a few common short names
+    (`cuda`, `gpu`, `trt`, `directml`) are forgiven before spelling.
 
-    Example:
+    Examples:
         >>> from onnx_device_guard._probe import suggest_provider
         >>> known = ["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"]
         >>> suggest_provider("CUDAExecutonProvider", known)
@@ -328,7 +328,7 @@ def create_session(
     Returns the session and what onnxruntime said while creating it: its
     warnings, what it printed (the banner of a retry with its fallback
     providers) and what its native log wrote to stderr. Raises
-    :class:`ModelInputError` if no session can be created at all.
+    `ModelInputError` if no session can be created at all.
     """
     arguments = [(name, dict(options)) if options else name for name, options in providers]
     model = source if isinstance(source, bytes) else str(source)
@@ -359,7 +359,7 @@ def _session_error(label: str, error: Exception) -> str:
 
 @dataclass
 class Captured:
-    """What was said while :func:`captured_output` was in force."""
+    """What was said while `captured_output` was in force."""
 
     stdout: str = ""
     stderr: str = ""
@@ -388,14 +388,14 @@ class Captured:
 
 @contextlib.contextmanager
 def captured_output() -> Iterator[Captured]:
-    """Capture warnings, ``print`` output and native writes to file descriptor 2.
+    """Capture warnings, `print` output and native writes to file descriptor 2.
 
     onnxruntime warns about unavailable providers, prints a banner when it
     retries a failed session, and its C++ log (why a CUDA library did not
     load) goes straight to the process's stderr. The doctor reports all of
     these itself instead of letting them spill onto the terminal.
 
-    ``warnings.catch_warnings`` swaps process-wide state: this is for the
+    `warnings.catch_warnings` swaps process-wide state: this is for the
     command line, which runs in one thread.
     """
     captured = Captured()
@@ -471,11 +471,11 @@ def input_specs(session: Any) -> tuple[InputSpec, ...]:
 
 
 def run_inference(session: Any, device: torch.device) -> InferenceCheck:
-    """Run the session once on zeros created on ``device``; never raise.
+    """Run the session once on zeros created on `device`; never raise.
 
     A CUDA device goes through IO binding, so that the session reads the
     tensors where torch put them, as a model would; any other device through
-    ``session.run`` with the inputs copied to NumPy.
+    `session.run` with the inputs copied to NumPy.
     """
     how = "run_with_iobinding" if device.type == "cuda" else "InferenceSession.run"
     try:
@@ -503,14 +503,14 @@ def run_inference(session: Any, device: torch.device) -> InferenceCheck:
 
 
 def make_inputs(specs: Sequence[InputSpec], device: torch.device) -> list[torch.Tensor]:
-    """Return a tensor of zeros on ``device`` for each of ``specs``."""
+    """Return a tensor of zeros on `device` for each of `specs`."""
     return [torch.zeros(spec.shape, dtype=spec.dtype, device=device) for spec in specs]
 
 
 def run_bound(
     session: Any, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor], device_id: int
 ) -> None:
-    """Bind ``tensors`` in place as the session's inputs, outputs on the same GPU, and run."""
+    """Bind `tensors` in place as the session's inputs, outputs on the same GPU, and run."""
     binding = session.io_binding()
     for spec, tensor in zip(specs, tensors, strict=True):
         binding.bind_input(
