@@ -32,6 +32,15 @@ class Plain:
     device: Any
 
 
+@dataclass
+class TwoTower:
+    """A model with two sessions, as CLIP-style models have."""
+
+    vision: Any
+    text: Any
+    device: Any
+
+
 class TestFunction:
     """A guarded module-level function."""
 
@@ -304,12 +313,6 @@ class TestAttributes:
     def test_several_sessions_must_all_be_satisfied(self) -> None:
         """With a tuple, the device must suit every session."""
 
-        @dataclass
-        class TwoTower:
-            vision: Any
-            text: Any
-            device: Any
-
         @device_guard(session_attr=("vision", "text"))
         def factory(vision: Any, text: Any) -> TwoTower:
             return TwoTower(vision, text, "cuda:0")
@@ -321,12 +324,6 @@ class TestAttributes:
     def test_sessions_on_different_gpus_fall_back(self) -> None:
         """Two sessions on different GPUs leave no shared CUDA device: fallback."""
 
-        @dataclass
-        class TwoTower:
-            vision: Any
-            text: Any
-            device: Any
-
         @device_guard(session_attr=("vision", "text"))
         def factory() -> TwoTower:
             return TwoTower(cuda_session(0), cuda_session(1), "cuda:1")
@@ -335,12 +332,6 @@ class TestAttributes:
 
     def test_several_sessions_in_fail_mode(self) -> None:
         """In fail mode the first session that cannot read the device raises."""
-
-        @dataclass
-        class TwoTower:
-            vision: Any
-            text: Any
-            device: Any
 
         @device_guard(session_attr=("vision", "text"), resolution_mode="fail")
         def factory() -> TwoTower:
@@ -351,12 +342,6 @@ class TestAttributes:
 
     def test_sessions_on_different_gpus_and_a_gpu_fallback_device(self) -> None:
         """If not even the fallback device suits every session, the guard raises."""
-
-        @dataclass
-        class TwoTower:
-            vision: Any
-            text: Any
-            device: Any
 
         @device_guard(session_attr=("vision", "text"), fallback_device="cuda:0")
         def factory() -> TwoTower:
