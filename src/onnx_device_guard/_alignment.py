@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._devices import DeviceLike, as_device, cuda_index
-from ._errors import EnvironmentConfigurationError, help_url
+from ._devices import DeviceLike, as_device, cuda_device, cuda_index
+from ._errors import EnvironmentConfigurationError, ModelInputError, help_url
 from ._policy import DeviceMismatchResolutionMode, check_mode, current_policy, device_policy
 from ._providers import (
     effective_providers,
@@ -65,6 +65,12 @@ def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
     index = cuda_index(device)
     if index == device_id:
         return None
+    session_device = cuda_device(device_id)
+    if session_device is None:
+        raise ModelInputError(
+            f"{provider} reports device_id={device_id}, which is not a GPU index torch can "
+            "address; expected a small non-negative integer such as '0'."
+        )
     asked = repr(str(device)) if device.index is not None else f"'cuda' (now cuda:{index})"
     return Mismatch(
         problem=(
@@ -76,7 +82,7 @@ def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
             f"{provider}, or ask for device 'cuda:{device_id}'."
         ),
         help_url=_DEVICE_ID_HELP,
-        session_device=torch.device("cuda", device_id),
+        session_device=session_device,
     )
 
 

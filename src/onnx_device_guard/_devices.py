@@ -44,3 +44,16 @@ def cuda_index(device: torch.device) -> int:
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         return torch.cuda.current_device()
     return 0
+
+
+def cuda_device(index: int) -> torch.device | None:
+    """Return ``cuda:<index>``, or ``None`` when torch cannot address that index.
+
+    torch keeps a device index in a small integer: ``torch.device("cuda", 128)``
+    wraps round to ``cuda:-128``, and larger values overflow.
+    """
+    try:
+        device = torch.device("cuda", index)
+    except (RuntimeError, ValueError, OverflowError):
+        return None
+    return device if device.index == index else None

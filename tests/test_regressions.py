@@ -1,0 +1,43 @@
+"""Regression tests: one class per bug found, named for what it broke."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from onnx_device_guard import (
+    EnvironmentConfigurationError,
+    ModelInputError,
+    align_device_with_onnx_session,
+)
+from sessions import FakeSession
+
+
+def session_on(device_id: object) -> FakeSession:
+    return FakeSession(
+        ["CUDAExecutionProvider", "CPUExecutionProvider"],
+        {"CUDAExecutionProvider": {"device_id": device_id}},
+    )
+
+
+class TestDeviceIdBeyondTorchsRange:
+    """A device_id torch cannot address was turned into a wrong device or a ValueError."""
+
+    @pytest.mark.parametrize("device_id", ["128", 128, "255", 256, 2**31, 2**70, "9" * 20])
+    @pytest.mark.parametrize("mode", ["fallback", "fail"])
+    def test_is_a_model_input_error(self, device_id: object, mode: str) -> None:
+        """Before: cuda:-128 came back for 128, and 2**70 leaked 'Overflow' as a ValueError."""
+        with pytest.raises(ModelInputError, match=f"device_id={int(str(device_id))}"):
+            align_device_with_onnx_session(
+                session_on(device_id),
+                "cuda:0",
+                mode,  # type: ignore[arg-type]
+            )
+
+    def test_largest_addressable_index_still_aligns(self) -> None:
+        """cuda:127 is the last index torch keeps as it is; it still aligns normally."""
+        assert align_device_with_onnx_session(session_on("127"), "cuda:0") == torch.device(
+            "cuda", 127
+        )
+        with pytest.raises(EnvironmentConfigurationError, match="device_id 127"):
+            align_device_with_onnx_session(session_on(127), "cuda:0", "fail")
