@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -9,8 +11,10 @@ from onnx_device_guard import (
     EnvironmentConfigurationError,
     ModelInputError,
     align_device_with_onnx_session,
+    device_guard,
+    device_policy,
 )
-from sessions import FakeSession
+from sessions import FakeSession, cpu_session
 
 
 def session_on(device_id: object) -> FakeSession:
@@ -41,3 +45,33 @@ class TestDeviceIdBeyondTorchsRange:
         )
         with pytest.raises(EnvironmentConfigurationError, match="device_id 127"):
             align_device_with_onnx_session(session_on(127), "cuda:0", "fail")
+
+
+class ComparesBadly:
+    """A value whose ``==`` raises, as numpy arrays do in a boolean context."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("The truth value of an array with more than one element is ambiguous")
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return "array(['fail', 'fail'])"
+
+
+class TestModeComparedBeforeItsTypeWasChecked:
+    """resolution_mode was compared with '==' before checking it was a str."""
+
+    @pytest.mark.parametrize(
+        "check",
+        [
+            lambda mode: align_device_with_onnx_session(cpu_session(), "cpu", mode),
+            lambda mode: device_policy(mode),
+            lambda mode: device_guard(resolution_mode=mode),
+        ],
+        ids=["align", "device_policy", "device_guard"],
+    )
+    def test_value_with_odd_equality_is_a_model_input_error(self, check: Any) -> None:
+        """Before: the value's own ValueError escaped instead of a ModelInputError naming it."""
+        with pytest.raises(ModelInputError, match=r"got array\(\['fail', 'fail'\]\)"):
+            check(ComparesBadly())

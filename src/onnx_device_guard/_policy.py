@@ -36,10 +36,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def check_mode(value: object) -> DeviceMismatchResolutionMode:
     """Return ``value`` if it is a resolution mode, else raise :class:`ModelInputError`."""
-    if value == "fail" and isinstance(value, str):
-        return "fail"
-    if value == "fallback" and isinstance(value, str):
-        return "fallback"
+    if isinstance(value, str):
+        if value == "fail":
+            return "fail"
+        if value == "fallback":
+            return "fallback"
     choices = ", ".join(repr(mode) for mode in _MODES)
     raise ModelInputError(f"resolution_mode must be one of {choices}; got {value!r}.")
 
