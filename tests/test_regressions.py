@@ -75,3 +75,42 @@ class TestModeComparedBeforeItsTypeWasChecked:
         """Before: the value's own ValueError escaped instead of a ModelInputError naming it."""
         with pytest.raises(ModelInputError, match=r"got array\(\['fail', 'fail'\]\)"):
             check(ComparesBadly())
+
+
+class LookupRaises:
+    """A lazy session proxy whose attribute lookup raises, as a broken ``__getattr__`` does."""
+
+    def __init__(self, error: Exception, providers: list[str] | None = None) -> None:
+        self._error = error
+        self._providers = providers
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "get_providers" and self._providers is not None:
+            return lambda: self._providers
+        raise self._error
+
+
+class TestSessionLookupLeakedItsError:
+    """A session whose attribute lookup raised something else than AttributeError leaked it."""
+
+    @pytest.mark.parametrize("error", [KeyError("get_providers"), RuntimeError("not loaded")])
+    @pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+    def test_get_providers_lookup(self, error: Exception, device: str) -> None:
+        """Before: the KeyError or RuntimeError itself escaped from the library."""
+        with pytest.raises(
+            ModelInputError, match=rf"session\.get_providers raised {type(error).__name__}"
+        ):
+            align_device_with_onnx_session(LookupRaises(error), device)
+
+    def test_get_provider_options_lookup(self) -> None:
+        """The same for the optional get_provider_options."""
+        session = LookupRaises(KeyError("get_provider_options"), ["CUDAExecutionProvider"])
+        with pytest.raises(ModelInputError, match=r"session\.get_provider_options raised KeyError"):
+            align_device_with_onnx_session(session, "cuda:0")
+
+    def test_attribute_error_still_means_absent(self) -> None:
+        """An AttributeError from the lookup still means the method is not there."""
+        session = LookupRaises(AttributeError("get_provider_options"), ["CUDAExecutionProvider"])
+        assert align_device_with_onnx_session(session, "cuda:1") == torch.device("cuda", 1)
+        with pytest.raises(ModelInputError, match="with a get_providers\\(\\) method"):
+            align_device_with_onnx_session(LookupRaises(AttributeError("x")), "cpu")

@@ -43,7 +43,10 @@ class SessionLike(Protocol):
 
 def require_session(session: object) -> Callable[[], object]:
     """Return ``session.get_providers``, or raise :class:`ModelInputError` if it has none."""
-    get_providers = getattr(session, "get_providers", None)
+    try:
+        get_providers = getattr(session, "get_providers", None)
+    except Exception as error:  # a lookup that raises: a broken proxy, say
+        raise _lookup_error("get_providers", error) from error
     if not callable(get_providers):
         raise ModelInputError(
             "session must be an onnxruntime.InferenceSession, or any object with a "
@@ -89,7 +92,10 @@ def provider_device_id(session: object, provider: str) -> int | None:
     ``None`` when the session has no ``get_provider_options()`` or the provider's
     options hold no ``device_id``. Malformed options raise :class:`ModelInputError`.
     """
-    get_options = getattr(session, "get_provider_options", None)
+    try:
+        get_options = getattr(session, "get_provider_options", None)
+    except Exception as error:
+        raise _lookup_error("get_provider_options", error) from error
     if not callable(get_options):
         return None
     try:
@@ -116,6 +122,13 @@ def provider_device_id(session: object, provider: str) -> int | None:
     if raw is None:
         return None
     return _parse_device_id(raw, provider)
+
+
+def _lookup_error(name: str, error: Exception) -> ModelInputError:
+    return ModelInputError(
+        f"Looking up session.{name} raised {type(error).__name__}: {error}. "
+        "Pass a fully initialised onnxruntime.InferenceSession."
+    )
 
 
 def _parse_device_id(raw: object, provider: str) -> int:
