@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from onnx_device_guard import (
     device_guard,
     device_policy,
 )
+from onnx_device_guard._policy import current_policy
 from sessions import FakeSession, cpu_session
 
 
@@ -114,3 +116,51 @@ class TestSessionLookupLeakedItsError:
         assert align_device_with_onnx_session(session, "cuda:1") == torch.device("cuda", 1)
         with pytest.raises(ModelInputError, match="with a get_providers\\(\\) method"):
             align_device_with_onnx_session(LookupRaises(AttributeError("x")), "cpu")
+
+
+class ScopedMethods:
+    """device_policy stacked outside @classmethod and @staticmethod."""
+
+    @device_policy("fail")
+    @classmethod
+    async def class_mode(cls) -> str:
+        await asyncio.sleep(0)
+        return current_policy().resolution_mode
+
+    @device_policy("fail")
+    @staticmethod
+    async def static_mode() -> str:
+        await asyncio.sleep(0)
+        return current_policy().resolution_mode
+
+    @device_policy("fail")
+    @classmethod
+    def sync_class_mode(cls) -> str:
+        return current_policy().resolution_mode
+
+
+class TestPolicyOverAsyncClassmethodLostItsScope:
+    """device_policy over @classmethod/@staticmethod async def ran the body outside the scope."""
+
+    def test_async_classmethod_runs_in_the_scope(self) -> None:
+        """Before: the coroutine was returned un-awaited, so the body saw 'fallback'."""
+        assert asyncio.run(ScopedMethods.class_mode()) == "fail"
+        assert asyncio.run(ScopedMethods().class_mode()) == "fail"
+
+    def test_async_staticmethod_runs_in_the_scope(self) -> None:
+        """The same for a static method."""
+        assert asyncio.run(ScopedMethods.static_mode()) == "fail"
+
+    def test_sync_classmethod_still_runs_in_the_scope(self) -> None:
+        """The plain form worked before and still does; the scope ends with the call."""
+        assert ScopedMethods.sync_class_mode() == "fail"
+        assert current_policy().resolution_mode == "fallback"
+
+    def test_generator_inside_classmethod_is_refused(self) -> None:
+        """A generator hidden inside @classmethod is refused like a bare one."""
+
+        def rows(cls: type) -> Any:
+            yield cls
+
+        with pytest.raises(ModelInputError, match="generator function"):
+            device_policy("fail")(classmethod(rows))  # type: ignore[type-var]

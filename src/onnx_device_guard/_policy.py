@@ -160,13 +160,15 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
 
     def __call__(self, function: F) -> F:
         """Run every call of ``function`` inside this scope."""
-        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+        # Stacked over @classmethod or @staticmethod, look at the function inside.
+        inner = function.__func__ if isinstance(function, classmethod | staticmethod) else function
+        if inspect.isgeneratorfunction(inner) or inspect.isasyncgenfunction(inner):
             raise ModelInputError(
                 f"device_policy cannot decorate the generator function "
                 f"{getattr(function, '__qualname__', function)!r}: the scope would end before "
                 "the generator runs. Use `with device_policy(...):` inside it instead."
             )
-        if inspect.iscoroutinefunction(function):
+        if inspect.iscoroutinefunction(inner):
 
             async def run_async(
                 wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
