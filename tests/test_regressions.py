@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 from typing import Any
 
 import pytest
@@ -164,3 +165,60 @@ class TestPolicyOverAsyncClassmethodLostItsScope:
 
         with pytest.raises(ModelInputError, match="generator function"):
             device_policy("fail")(classmethod(rows))  # type: ignore[type-var]
+
+
+@device_policy("fail", "meta")
+def strict_mode() -> str:
+    return current_policy().resolution_mode
+
+
+@device_policy("fail", "meta")
+async def strict_mode_async() -> str:
+    return current_policy().resolution_mode
+
+
+class PolicyMethods:
+    @classmethod
+    @device_policy(fallback_device="meta")
+    def fallback_of(cls) -> str:
+        return str(current_policy().fallback_device)
+
+
+class TestPolicyDecoratedFunctionsDidNotPickle:
+    """A function decorated with device_policy raised 'object proxy must define __reduce__()'."""
+
+    @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+    def test_module_level_function(self, protocol: int) -> None:
+        """Before: NotImplementedError from wrapt; now it pickles by reference, scope and all."""
+        restored = pickle.loads(pickle.dumps(strict_mode, protocol=protocol))
+        assert restored is strict_mode
+        assert restored() == "fail"
+
+    def test_async_function(self) -> None:
+        """The async form pickles the same way."""
+        restored = pickle.loads(pickle.dumps(strict_mode_async))
+        assert asyncio.run(restored()) == "fail"
+
+    def test_classmethod(self) -> None:
+        """A scoped classmethod pickles as a lookup on its class."""
+        assert pickle.loads(pickle.dumps(PolicyMethods.fallback_of))() == "meta"
+
+    def test_local_function_says_why(self) -> None:
+        """A function defined inside another cannot be found by name, and the error says so."""
+
+        @device_policy("fail")
+        def local() -> None:
+            raise AssertionError("never called")
+
+        with pytest.raises(pickle.PicklingError, match=r"Cannot pickle the function .*local"):
+            pickle.dumps(local)
+
+    def test_guarded_factory_message_unchanged(self) -> None:
+        """The guard's own message still calls it a guarded factory."""
+
+        @device_guard
+        def local() -> None:
+            raise AssertionError("never called")
+
+        with pytest.raises(pickle.PicklingError, match="Cannot pickle the guarded factory"):
+            pickle.dumps(local)

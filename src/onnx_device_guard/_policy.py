@@ -10,10 +10,10 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar, cast, get_args
 
 import torch
-import wrapt
 
 from ._devices import DeviceLike, as_device
 from ._errors import ModelInputError
+from ._pickling import WrapperByReference
 
 DeviceMismatchResolutionMode = Literal["fail", "fallback"]
 """How a device the session cannot read is resolved.
@@ -176,10 +176,10 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
                 with self:
                     return await wrapped(*args, **kwargs)
 
-            return cast(F, wrapt.FunctionWrapper(function, run_async))
+            return cast(F, WrapperByReference(function, run_async))
 
         def run(wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any) -> Any:
             with self:
                 return wrapped(*args, **kwargs)
 
-        return cast(F, wrapt.FunctionWrapper(function, run))
+        return cast(F, WrapperByReference(function, run))
