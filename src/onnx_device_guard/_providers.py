@@ -32,6 +32,10 @@ Example:
 """
 
 
+_DEVICE_IDS = {str(index): index for index in range(64)}
+"""``device_id`` values as onnxruntime reports them (``"0"``), and the index each names."""
+
+
 class SessionLike(Protocol):
     """What this library needs of a session: an ``onnxruntime.InferenceSession`` has it.
 
@@ -65,16 +69,17 @@ def effective_providers(session: object) -> tuple[str, ...]:
             f"session.get_providers() raised {type(error).__name__}: {error}. "
             "Pass a fully initialised onnxruntime.InferenceSession."
         ) from error
-    if isinstance(providers, str) or not isinstance(providers, list | tuple):
+    if not isinstance(providers, (list, tuple)):
         raise ModelInputError(
             "session.get_providers() must return a list of provider names; "
             f"got {type(providers).__name__} {_short_repr(providers)}."
         )
-    if not all(isinstance(name, str) for name in providers):
-        raise ModelInputError(
-            "session.get_providers() must return a list of provider names (strings); "
-            f"got {_short_repr(providers)}."
-        )
+    for name in providers:
+        if not isinstance(name, str):
+            raise ModelInputError(
+                "session.get_providers() must return a list of provider names (strings); "
+                f"got {_short_repr(providers)}."
+            )
     return tuple(providers)
 
 
@@ -105,7 +110,7 @@ def provider_device_id(session: object, provider: str) -> int | None:
             f"session.get_provider_options() raised {type(error).__name__}: {error}. "
             "Pass a fully initialised onnxruntime.InferenceSession."
         ) from error
-    if not isinstance(all_options, Mapping):
+    if type(all_options) is not dict and not isinstance(all_options, Mapping):
         raise ModelInputError(
             "session.get_provider_options() must return a mapping of provider name to "
             f"options; got {type(all_options).__name__} {_short_repr(all_options)}."
@@ -113,12 +118,15 @@ def provider_device_id(session: object, provider: str) -> int | None:
     options = all_options.get(provider)
     if options is None:
         return None
-    if not isinstance(options, Mapping):
+    if type(options) is not dict and not isinstance(options, Mapping):
         raise ModelInputError(
             f"session.get_provider_options()[{provider!r}] must be a mapping of option "
             f"names to values; got {type(options).__name__} {_short_repr(options)}."
         )
     raw = options.get("device_id")
+    known = _DEVICE_IDS.get(raw) if type(raw) is str else None
+    if known is not None:
+        return known  # the common case, first
     if raw is None:
         return None
     return _parse_device_id(raw, provider)
