@@ -9,7 +9,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import torch
 
-from ._alignment import align_device_with_onnx_sessions
+from ._alignment import align_device_with_onnx_session, align_device_with_onnx_sessions
 from ._devices import DeviceLike, as_device
 from ._errors import DeviceGuardError, ModelInputError
 from ._pickling import WrapperByReference
@@ -176,12 +176,22 @@ class _GuardOptions:
         """Align ``model``'s device with its sessions, writing it back if it changes."""
         session_names = self._session_names(model, factory)
         device_name = self._device_name(model, factory)
-        sessions = [getattr(model, name) for name in session_names]
         current = getattr(model, device_name)
         try:
-            aligned = align_device_with_onnx_sessions(
-                sessions, current, self.resolution_mode, self.fallback_device
-            )
+            if len(session_names) == 1:  # the common case, without the multi-session steps
+                aligned = align_device_with_onnx_session(
+                    getattr(model, session_names[0]),
+                    current,
+                    self.resolution_mode,
+                    self.fallback_device,
+                )
+            else:
+                aligned = align_device_with_onnx_sessions(
+                    [getattr(model, name) for name in session_names],
+                    current,
+                    self.resolution_mode,
+                    self.fallback_device,
+                )
         except ModelInputError as error:
             raise ModelInputError(
                 f"{_describe(factory, model)}, with session attribute(s) "
