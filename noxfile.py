@@ -52,3 +52,14 @@ def typecheck(session: nox.Session) -> None:
     """Run mypy --strict over the package and the tests."""
     install_project(session, "typecheck")
     session.run("mypy", "--strict", "src", "tests")
+
+
+@nox.session(python=MAIN_PYTHON)
+def bench(session: nox.Session) -> None:
+    """Measure what the core, the guard and the import cost (not run by default).
+
+    Pass options through: ``nox -s bench -- --output results.json`` or ``-- --quick``.
+    """
+    install_project(session)
+    session.install("onnxruntime>=1.17")
+    session.run("python", "benchmarks/bench.py", *session.posargs)
