@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import sys
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -34,10 +35,10 @@ from onnx_device_guard._policy import current_policy
 from sessions import cpu_session, cuda_session
 
 THREADS = 8
-ROUNDS_PER_THREAD = 150
+ROUNDS_PER_THREAD = 300
 RENDEZVOUS_EVERY = 25
 TASKS = 200
-ROUNDS_PER_TASK = 8
+ROUNDS_PER_TASK = 10
 
 Mode = Literal["fail", "fallback"]
 
@@ -176,9 +177,22 @@ def log_records() -> Iterator[list[logging.LogRecord]]:
         yield records
 
 
+@pytest.fixture
+def frequent_thread_switches() -> Iterator[None]:
+    """Make the interpreter switch threads every 10 us instead of every 5 ms.
+
+    The threads then interleave inside single calls, not only at the barriers.
+    """
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(interval)
+
+
 class TestThreads:
     """Scopes in threads: no thread inherits or sees another's scope."""
 
+    @pytest.mark.usefixtures("frequent_thread_switches")
     def test_every_call_sees_its_own_scope(self, log_records: list[logging.LogRecord]) -> None:
         """8 threads, each in its own overlapping scope, check thousands of calls each."""
         rendezvous = threading.Barrier(THREADS, timeout=60)
@@ -186,34 +200,44 @@ class TestThreads:
         scope_of_thread: dict[int, Scope] = {}
 
         def work(scope: Scope) -> None:
-            assert default_policy_fields() == DEFAULTS, "a new thread starts with the defaults"
-            scope_of_thread[threading.get_ident()] = scope
-            with scope.enter():
-                rendezvous.wait()  # every thread is inside its scope from here on
-                for round_number in range(ROUNDS_PER_THREAD):
-                    scope.check_in_force()
-                    scope.check_core()
-                    scope.check_model(lambda: load(CPU_SESSION, "cuda:0"))
-                    lenient = load_lenient(CPU_SESSION, "cuda:0")
-                    assert lenient.device == str(scope.fallback_device)
-                    with pytest.raises(EnvironmentConfigurationError):
-                        align_strictly(CPU_SESSION, "cuda:0")
-                    assert align_strictly(SESSION_ON_GPU_0, "cuda") == torch.device("cuda")
-                    with aligned_device(
-                        CPU_SESSION, "cuda:1", resolution_mode="fallback", fallback_device="meta"
-                    ) as device:
-                        assert device == torch.device("meta")
-                        assert current_policy().fallback_device == torch.device("meta")
-                    scope.check_in_force()
-                    if round_number % RENDEZVOUS_EVERY == 0:
-                        rendezvous.wait()
-                rendezvous.wait()  # no thread leaves its scope before all have finished
-            assert default_policy_fields() == DEFAULTS
+            try:
+                assert default_policy_fields() == DEFAULTS, "a new thread starts with the defaults"
+                scope_of_thread[threading.get_ident()] = scope
+                with scope.enter():
+                    rendezvous.wait()  # every thread is inside its scope from here on
+                    for round_number in range(ROUNDS_PER_THREAD):
+                        scope.check_in_force()
+                        scope.check_core()
+                        scope.check_model(lambda: load(CPU_SESSION, "cuda:0"))
+                        lenient = load_lenient(CPU_SESSION, "cuda:0")
+                        assert lenient.device == str(scope.fallback_device)
+                        with pytest.raises(EnvironmentConfigurationError):
+                            align_strictly(CPU_SESSION, "cuda:0")
+                        assert align_strictly(SESSION_ON_GPU_0, "cuda") == torch.device("cuda")
+                        with aligned_device(
+                            CPU_SESSION,
+                            "cuda:1",
+                            resolution_mode="fallback",
+                            fallback_device="meta",
+                        ) as device:
+                            assert device == torch.device("meta")
+                            assert current_policy().fallback_device == torch.device("meta")
+                        scope.check_in_force()
+                        if round_number % RENDEZVOUS_EVERY == 0:
+                            rendezvous.wait()
+                    rendezvous.wait()  # no thread leaves its scope before all have finished
+                assert default_policy_fields() == DEFAULTS
+            except BaseException:
+                rendezvous.abort()  # the others stop waiting; this thread's error is reported
+                raise
 
         with device_policy("fail", "meta", warn=False), ThreadPoolExecutor(THREADS) as pool:
             futures = [pool.submit(work, scope) for scope in scopes]
-            for future in futures:
-                future.result()
+            errors = [error for future in futures if (error := future.exception()) is not None]
+            # Report the failure itself, not the broken barrier it left the others with.
+            errors.sort(key=lambda error: isinstance(error, threading.BrokenBarrierError))
+            if errors:
+                raise errors[0]
             assert current_policy().resolution_mode == "fail", "the threads left ours alone"
         assert default_policy_fields() == DEFAULTS
 
