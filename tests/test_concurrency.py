@@ -378,3 +378,34 @@ class TestAsyncioTasks:
             assert model.device == "meta"
 
         asyncio.run(main())
+
+
+class TestReentrancy:
+    """One device_policy instance entered recursively: each level unwinds to its own."""
+
+    def test_recursive_decorated_function(self) -> None:
+        """A recursive function under one policy instance sees it at every depth."""
+        shared = device_policy(fallback_device="meta")
+        depths: list[tuple[int, str, str]] = []
+
+        @shared
+        def descend(depth: int) -> None:
+            policy = current_policy()
+            depths.append((depth, policy.resolution_mode, str(policy.fallback_device)))
+            if depth < 5:
+                with device_policy(resolution_mode="fail" if depth % 2 else "fallback"):
+                    descend(depth + 1)
+            assert current_policy() is policy, "each level is restored on the way back"
+
+        with device_policy("fail"):
+            descend(0)
+            assert current_policy().fallback_device == torch.device("cpu")
+        assert depths == [
+            (0, "fail", "meta"),
+            (1, "fallback", "meta"),
+            (2, "fail", "meta"),
+            (3, "fallback", "meta"),
+            (4, "fail", "meta"),
+            (5, "fallback", "meta"),
+        ]
+        assert default_policy_fields() == DEFAULTS
