@@ -66,3 +66,14 @@ def docs(session: nox.Session) -> None:
         session.run("mkdocs", "serve", "--strict")
     else:
         session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session(python=MAIN_PYTHON)
+def bench(session: nox.Session) -> None:
+    """Measure what the core, the guard and the import cost (not run by default).
+
+    Pass options through: ``nox -s bench -- --output results.json`` or ``-- --quick``.
+    """
+    install_project(session)
+    session.install("onnxruntime>=1.17")
+    session.run("python", "benchmarks/bench.py", *session.posargs)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 
-from ._devices import DeviceLike, as_device, cuda_index
-from ._errors import EnvironmentConfigurationError, help_url
+from ._devices import DeviceLike, as_device, cuda_device, cuda_index, is_cuda
+from ._errors import EnvironmentConfigurationError, ModelInputError, help_url
 from ._policy import DeviceMismatchResolutionMode, check_mode, current_policy, device_policy
 from ._providers import (
     effective_providers,
@@ -27,57 +26,101 @@ _DEVICE_ID_HELP = help_url("troubleshooting", "device-id-mismatch")
 _DISAGREE_HELP = help_url("troubleshooting", "sessions-on-different-gpus")
 
 
-@dataclass(frozen=True)
 class Mismatch:
-    """Why a session cannot read tensors from a device, and what to do about it."""
+    """Why a session cannot read tensors from a device, and what to do about it.
 
-    problem: str
-    fix: str
-    help_url: str
-    session_device: torch.device | None = None
-    """The GPU the session does run on, when it runs on another one."""
+    It keeps the facts and writes `problem` and `fix` only when
+    they are read: a fallback that is not logged formats no text.
+    """
+
+    __slots__ = ("device", "index", "provider", "providers", "session_device")
+
+    def __init__(
+        self,
+        device: torch.device,
+        providers: tuple[str, ...],
+        provider: str | None = None,
+        index: int | None = None,
+        session_device: torch.device | None = None,
+    ) -> None:
+        self.device = device
+        """The device the model asks for."""
+        self.providers = providers
+        """The session's effective providers."""
+        self.provider = provider
+        """The GPU-capable provider, when it runs on another GPU than `index`."""
+        self.index = index
+        """The CUDA index that `device` stands for, when the GPUs differ."""
+        self.session_device = session_device
+        """The GPU the session does run on, when it runs on another one."""
+
+    def __repr__(self) -> str:
+        return f"Mismatch({self.problem!r})"
+
+    @property
+    def problem(self) -> str:
+        """What is wrong, naming the device and the session's providers."""
+        if self.session_device is None:
+            return (
+                f"The model asks for device {str(self.device)!r}, but its onnxruntime session "
+                f"runs only {list(self.providers)}, and none of these can read CUDA tensors."
+            )
+        asked = (
+            repr(str(self.device))
+            if self.device.index is not None
+            else f"'cuda' (now cuda:{self.index})"
+        )
+        return (
+            f"The model asks for device {asked}, but its session's {self.provider} runs on "
+            f"device_id {self.session_device.index}, so every input would need a copy "
+            "between GPUs."
+        )
+
+    @property
+    def fix(self) -> str:
+        """What to change to make the session read the device."""
+        if self.session_device is None:
+            return (
+                "To run on the GPU, install onnxruntime-gpu (and no other onnxruntime "
+                "package beside it), create the session with providers="
+                "['CUDAExecutionProvider', 'CPUExecutionProvider'] and check that the CUDA "
+                "and cuDNN libraries load; otherwise ask for device 'cpu'."
+            )
+        return (
+            f"Create the session with provider options {{'device_id': {self.index}}} for "
+            f"{self.provider}, or ask for device 'cuda:{self.session_device.index}'."
+        )
+
+    @property
+    def help_url(self) -> str:
+        """The troubleshooting section that explains this mismatch."""
+        return _NO_GPU_HELP if self.session_device is None else _DEVICE_ID_HELP
 
 
 def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
     """Return why `session` cannot read tensors on `device`, or `None` if it can."""
-    if device.type != "cuda":
+    if not is_cuda(device):
         require_session(session)
         return None
     providers = effective_providers(session)
     provider = first_gpu_provider(providers)
     if provider is None:
-        return Mismatch(
-            problem=(
-                f"The model asks for device {str(device)!r}, but its onnxruntime session "
-                f"runs only {list(providers)}, and none of these can read CUDA tensors."
-            ),
-            fix=(
-                "To run on the GPU, install onnxruntime-gpu (and no other onnxruntime "
-                "package beside it), create the session with providers="
-                "['CUDAExecutionProvider', 'CPUExecutionProvider'] and check that the CUDA "
-                "and cuDNN libraries load; otherwise ask for device 'cpu'."
-            ),
-            help_url=_NO_GPU_HELP,
-        )
+        return Mismatch(device, providers)
     device_id = provider_device_id(session, provider)
     if device_id is None:
         return None
-    index = cuda_index(device)
+    index: int | None = device.index  # torch's stubs omit the None
+    if index is None:
+        index = cuda_index(device)
     if index == device_id:
         return None
-    asked = repr(str(device)) if device.index is not None else f"'cuda' (now cuda:{index})"
-    return Mismatch(
-        problem=(
-            f"The model asks for device {asked}, but its session's {provider} runs on "
-            f"device_id {device_id}, so every input would need a copy between GPUs."
-        ),
-        fix=(
-            f"Create the session with provider options {{'device_id': {index}}} for "
-            f"{provider}, or ask for device 'cuda:{device_id}'."
-        ),
-        help_url=_DEVICE_ID_HELP,
-        session_device=torch.device("cuda", device_id),
-    )
+    session_device = cuda_device(device_id)
+    if session_device is None:
+        raise ModelInputError(
+            f"{provider} reports device_id={device_id}, which is not a GPU index torch can "
+            "address; expected a small non-negative integer such as '0'."
+        )
+    return Mismatch(device, providers, provider, index, session_device)
 
 
 def align_device_with_onnx_session(
@@ -166,7 +209,7 @@ def align_device_with_onnx_session(
     """
     policy = current_policy()
     mode = policy.resolution_mode if resolution_mode is None else check_mode(resolution_mode)
-    requested = as_device(device, "device")
+    requested = device if isinstance(device, torch.device) else as_device(device, "device")
     fallback = (
         policy.fallback_device
         if fallback_device is None
@@ -233,7 +276,9 @@ def _resolve(
             f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
         )
     target = fallback if mismatch.session_device is None else mismatch.session_device
-    _log(warn, "%s Using %r instead. %s", mismatch.problem, str(target), mismatch.fix)
+    level = logging.WARNING if warn else logging.DEBUG
+    if logger.isEnabledFor(level):  # the texts are only written for a record that is kept
+        logger.log(level, "%s Using %r instead. %s", mismatch.problem, str(target), mismatch.fix)
     return target
 
 

@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import torch
-import wrapt
 
-from ._alignment import align_device_with_onnx_sessions
+from ._alignment import align_device_with_onnx_session, align_device_with_onnx_sessions
 from ._devices import DeviceLike, as_device
 from ._errors import DeviceGuardError, ModelInputError
+from ._pickling import WrapperByReference
 from ._policy import DeviceMismatchResolutionMode, check_mode
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
-
-if TYPE_CHECKING:
-    _FunctionWrapper = wrapt.FunctionWrapper[..., Any]
-    _BoundFunctionWrapper = wrapt.BoundFunctionWrapper[..., Any]
-else:  # wrapt's classes are generic in its stubs only
-    _FunctionWrapper = wrapt.FunctionWrapper
-    _BoundFunctionWrapper = wrapt.BoundFunctionWrapper
 
 _SESSION_ATTRS = ("_session", "session")
 _DEVICE_ATTRS = ("_device", "device")
@@ -188,12 +179,22 @@ class _GuardOptions:
         """Align `model`'s device with its sessions, writing it back if it changes."""
         session_names = self._session_names(model, factory)
         device_name = self._device_name(model, factory)
-        sessions = [getattr(model, name) for name in session_names]
         current = getattr(model, device_name)
         try:
-            aligned = align_device_with_onnx_sessions(
-                sessions, current, self.resolution_mode, self.fallback_device
-            )
+            if len(session_names) == 1:  # the common case, without the multi-session steps
+                aligned = align_device_with_onnx_session(
+                    getattr(model, session_names[0]),
+                    current,
+                    self.resolution_mode,
+                    self.fallback_device,
+                )
+            else:
+                aligned = align_device_with_onnx_sessions(
+                    [getattr(model, name) for name in session_names],
+                    current,
+                    self.resolution_mode,
+                    self.fallback_device,
+                )
         except ModelInputError as error:
             raise ModelInputError(
                 f"{_describe(factory, model)}, with session attribute(s) "
@@ -318,48 +319,11 @@ def _close(awaitable: object) -> None:
         close()  # no "coroutine was never awaited" warning
 
 
-def _resolve_qualname(module: str, qualname: str) -> object:
-    target: object = importlib.import_module(module)
-    for part in qualname.split("."):
-        target = getattr(target, part)
-    return target
-
-
-class _BoundGuardedFactory(_BoundFunctionWrapper):
-    """A guarded factory bound to a class or an instance."""
-
-    def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        owner = self._self_instance if self._self_instance is not None else self._self_owner
-        return (getattr, (owner, self.__name__))
-
-    def __copy__(self) -> _BoundGuardedFactory:
-        return self
-
-    def __deepcopy__(self, memo: object) -> _BoundGuardedFactory:
-        return self
-
-
-class _GuardedFactory(_FunctionWrapper):
+class _GuardedFactory(WrapperByReference):
     """A factory wrapped by `device_guard`; pickles by reference."""
 
-    __bound_function_wrapper__ = _BoundGuardedFactory
+    pickled_as = "guarded factory"
 
     def __init__(self, wrapped: Any, options: _GuardOptions) -> None:
         guard = _AsyncGuard(options) if _is_coroutine_factory(wrapped) else _SyncGuard(options)
         super().__init__(wrapped, guard)
-
-    def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        qualname = self.__qualname__
-        if "<locals>" in qualname:
-            raise pickle.PicklingError(
-                f"Cannot pickle the guarded factory {qualname}: it is defined inside a "
-                "function. Define it at module level to send it to another process."
-            )
-        return (_resolve_qualname, (self.__module__, qualname))
-
-    # Functions are immutable as far as copy is concerned; so are guarded ones.
-    def __copy__(self) -> _GuardedFactory:
-        return self
-
-    def __deepcopy__(self, memo: object) -> _GuardedFactory:
-        return self

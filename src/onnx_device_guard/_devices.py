@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ._errors import ModelInputError
@@ -31,6 +33,17 @@ def as_device(value: object, name: str) -> torch.device:
     )
 
 
+@functools.cache
+def is_cuda(device: torch.device) -> bool:
+    """Return whether `device` is a CUDA device.
+
+    Reading `device.type` builds a new string each time (about a quarter of
+    a microsecond), so the answer is kept per device; there are only as many
+    as device types times the indices torch can address.
+    """
+    return device.type == "cuda"
+
+
 def cuda_index(device: torch.device) -> int:
     """Return the CUDA device index that torch uses for `device`.
 
@@ -44,3 +57,16 @@ def cuda_index(device: torch.device) -> int:
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         return torch.cuda.current_device()
     return 0
+
+
+def cuda_device(index: int) -> torch.device | None:
+    """Return `cuda:<index>`, or `None` when torch cannot address that index.
+
+    torch keeps a device index in a small integer: `torch.device("cuda", 128)`
+    wraps round to `cuda:-128`, and larger values overflow.
+    """
+    try:
+        device = torch.device("cuda", index)
+    except (RuntimeError, ValueError, OverflowError):
+        return None
+    return device if device.index == index else None

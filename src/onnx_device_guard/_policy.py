@@ -10,10 +10,10 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar, cast, get_args
 
 import torch
-import wrapt
 
 from ._devices import DeviceLike, as_device
 from ._errors import ModelInputError
+from ._pickling import WrapperByReference
 
 DeviceMismatchResolutionMode = Literal["fail", "fallback"]
 """How a device the session cannot read is resolved.
@@ -37,10 +37,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def check_mode(value: object) -> DeviceMismatchResolutionMode:
     """Return `value` if it is a resolution mode, else raise `ModelInputError`."""
-    if value == "fail" and isinstance(value, str):
-        return "fail"
-    if value == "fallback" and isinstance(value, str):
-        return "fallback"
+    if isinstance(value, str):
+        if value == "fail":
+            return "fail"
+        if value == "fallback":
+            return "fallback"
     choices = ", ".join(repr(mode) for mode in _MODES)
     raise ModelInputError(f"resolution_mode must be one of {choices}; got {value!r}.")
 
@@ -190,13 +191,15 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
             >>> quiet()
             'ran inside the scope'
         """
-        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+        # Stacked over @classmethod or @staticmethod, look at the function inside.
+        inner = function.__func__ if isinstance(function, classmethod | staticmethod) else function
+        if inspect.isgeneratorfunction(inner) or inspect.isasyncgenfunction(inner):
             raise ModelInputError(
                 f"device_policy cannot decorate the generator function "
                 f"{getattr(function, '__qualname__', function)!r}: the scope would end before "
                 "the generator runs. Use `with device_policy(...):` inside it instead."
             )
-        if inspect.iscoroutinefunction(function):
+        if inspect.iscoroutinefunction(inner):
 
             async def run_async(
                 wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
@@ -204,10 +207,10 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
                 with self:
                     return await wrapped(*args, **kwargs)
 
-            return cast(F, wrapt.FunctionWrapper(function, run_async))
+            return cast(F, WrapperByReference(function, run_async))
 
         def run(wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any) -> Any:
             with self:
                 return wrapped(*args, **kwargs)
 
-        return cast(F, wrapt.FunctionWrapper(function, run))
+        return cast(F, WrapperByReference(function, run))

@@ -32,6 +32,10 @@ Examples:
 """
 
 
+_DEVICE_IDS = {str(index): index for index in range(64)}
+"""`device_id` values as onnxruntime reports them (`"0"`), and the index each names."""
+
+
 class SessionLike(Protocol):
     """What this library needs of a session: an `onnxruntime.InferenceSession` has it.
 
@@ -43,7 +47,10 @@ class SessionLike(Protocol):
 
 def require_session(session: object) -> Callable[[], object]:
     """Return `session.get_providers`, or raise `ModelInputError` if it has none."""
-    get_providers = getattr(session, "get_providers", None)
+    try:
+        get_providers = getattr(session, "get_providers", None)
+    except Exception as error:  # a lookup that raises: a broken proxy, say
+        raise _lookup_error("get_providers", error) from error
     if not callable(get_providers):
         raise ModelInputError(
             "session must be an onnxruntime.InferenceSession, or any object with a "
@@ -62,16 +69,17 @@ def effective_providers(session: object) -> tuple[str, ...]:
             f"session.get_providers() raised {type(error).__name__}: {error}. "
             "Pass a fully initialised onnxruntime.InferenceSession."
         ) from error
-    if isinstance(providers, str) or not isinstance(providers, list | tuple):
+    if not isinstance(providers, (list, tuple)):
         raise ModelInputError(
             "session.get_providers() must return a list of provider names; "
             f"got {type(providers).__name__} {_short_repr(providers)}."
         )
-    if not all(isinstance(name, str) for name in providers):
-        raise ModelInputError(
-            "session.get_providers() must return a list of provider names (strings); "
-            f"got {_short_repr(providers)}."
-        )
+    for name in providers:
+        if not isinstance(name, str):
+            raise ModelInputError(
+                "session.get_providers() must return a list of provider names (strings); "
+                f"got {_short_repr(providers)}."
+            )
     return tuple(providers)
 
 
@@ -89,7 +97,10 @@ def provider_device_id(session: object, provider: str) -> int | None:
     `None` when the session has no `get_provider_options()` or the provider's
     options hold no `device_id`. Malformed options raise `ModelInputError`.
     """
-    get_options = getattr(session, "get_provider_options", None)
+    try:
+        get_options = getattr(session, "get_provider_options", None)
+    except Exception as error:
+        raise _lookup_error("get_provider_options", error) from error
     if not callable(get_options):
         return None
     try:
@@ -99,7 +110,7 @@ def provider_device_id(session: object, provider: str) -> int | None:
             f"session.get_provider_options() raised {type(error).__name__}: {error}. "
             "Pass a fully initialised onnxruntime.InferenceSession."
         ) from error
-    if not isinstance(all_options, Mapping):
+    if type(all_options) is not dict and not isinstance(all_options, Mapping):
         raise ModelInputError(
             "session.get_provider_options() must return a mapping of provider name to "
             f"options; got {type(all_options).__name__} {_short_repr(all_options)}."
@@ -107,15 +118,25 @@ def provider_device_id(session: object, provider: str) -> int | None:
     options = all_options.get(provider)
     if options is None:
         return None
-    if not isinstance(options, Mapping):
+    if type(options) is not dict and not isinstance(options, Mapping):
         raise ModelInputError(
             f"session.get_provider_options()[{provider!r}] must be a mapping of option "
             f"names to values; got {type(options).__name__} {_short_repr(options)}."
         )
     raw = options.get("device_id")
+    known = _DEVICE_IDS.get(raw) if type(raw) is str else None
+    if known is not None:
+        return known  # the common case, first
     if raw is None:
         return None
     return _parse_device_id(raw, provider)
+
+
+def _lookup_error(name: str, error: Exception) -> ModelInputError:
+    return ModelInputError(
+        f"Looking up session.{name} raised {type(error).__name__}: {error}. "
+        "Pass a fully initialised onnxruntime.InferenceSession."
+    )
 
 
 def _parse_device_id(raw: object, provider: str) -> int:

@@ -1,0 +1,554 @@
+"""Bad input at every public entry point: the documented error, naming the bad value.
+
+Nothing may escape as a bare AttributeError, KeyError or TypeError from inside
+the library; an exception the user's own factory raises reaches the caller
+unchanged, and every scope is restored on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, NoReturn, cast
+
+import pytest
+import torch
+
+from onnx_device_guard import (
+    DeviceGuardError,
+    EnvironmentConfigurationError,
+    ModelInputError,
+    align_device_with_onnx_session,
+    aligned_device,
+    device_guard,
+    device_policy,
+)
+from onnx_device_guard._policy import current_policy
+
+from .sessions import FakeSession, cpu_session, cuda_session
+
+
+class RaisingSession:
+    """``get_providers()`` raises, as a session whose native part failed to load might."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def get_providers(self) -> list[str]:
+        raise self.error
+
+
+@dataclass
+class ReturningSession:
+    """``get_providers()`` and ``get_provider_options()`` return whatever they are given."""
+
+    providers: object
+    options: object = None
+
+    def get_providers(self) -> object:
+        return self.providers
+
+    def get_provider_options(self) -> object:
+        return self.options
+
+
+class RaisingOptionsSession:
+    """A CUDA session whose ``get_provider_options()`` raises."""
+
+    def get_providers(self) -> list[str]:
+        return ["CUDAExecutionProvider"]
+
+    def get_provider_options(self) -> NoReturn:
+        raise KeyError("CUDAExecutionProvider")
+
+
+class NotCallableProviders:
+    """``get_providers`` is there, but it is not a method."""
+
+    get_providers: ClassVar[list[str]] = ["CPUExecutionProvider"]
+
+
+def session_with_device_id(device_id: object) -> FakeSession:
+    return FakeSession(
+        ["CUDAExecutionProvider", "CPUExecutionProvider"],
+        {"CUDAExecutionProvider": {"device_id": device_id}},
+    )
+
+
+@dataclass
+class Model:
+    session: Any
+    device: Any
+
+
+class ReadOnlyDeviceModel:
+    """A model whose ``device`` is a property without a setter."""
+
+    def __init__(self) -> None:
+        self.session = cpu_session()
+
+    @property
+    def device(self) -> str:
+        return "cuda:0"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad call: what it raises, and a fragment the message must hold."""
+
+    id: str
+    call: Callable[[], object]
+    error: type[DeviceGuardError]
+    names: str
+
+
+def align(session: object, device: object, mode: object = None, fallback: object = None) -> Any:
+    return lambda: align_device_with_onnx_session(
+        session,
+        device,  # type: ignore[arg-type]
+        mode,  # type: ignore[arg-type]
+        fallback,  # type: ignore[arg-type]
+    )
+
+
+def enter_aligned(session: object, device: object, **options: object) -> Callable[[], object]:
+    def call() -> object:
+        with aligned_device(session, device, **options) as aligned:  # type: ignore[arg-type]
+            return aligned
+
+    return call
+
+
+def guarded_call(model: object, **options: object) -> Callable[[], object]:
+    """Call a factory guarded with ``options`` that returns ``model``."""
+
+    def factory() -> object:
+        return model
+
+    return lambda: device_guard(**options)(factory)()  # type: ignore[call-overload]
+
+
+def guarded_async_call(model: object) -> Callable[[], object]:
+    async def factory() -> object:
+        return model
+
+    return lambda: asyncio.run(device_guard(factory)())
+
+
+def decorate(**options: object) -> Callable[[], object]:
+    def factory() -> Model:
+        raise AssertionError("never called")
+
+    return lambda: device_guard(**options)(factory)  # type: ignore[call-overload]
+
+
+def returns_coroutine() -> Callable[[], object]:
+    async def make() -> Model:
+        raise AssertionError("never awaited")
+
+    def factory() -> Coroutine[Any, Any, Model]:
+        return make()
+
+    return lambda: device_guard(factory)()
+
+
+def make_policy(*args: object, **options: object) -> Callable[[], object]:
+    return lambda: device_policy(*args, **options)  # type: ignore[arg-type]
+
+
+def policy_on(function: Callable[..., Any]) -> Callable[[], object]:
+    return lambda: device_policy(warn=False)(function)
+
+
+def generator_factory() -> Iterator[Model]:
+    yield Model(cpu_session(), "cpu")
+
+
+async def async_generator_factory() -> Any:
+    yield Model(cpu_session(), "cpu")
+
+
+CUDA = torch.device("cuda", 0)
+CASES = [
+    # align_device_with_onnx_session: arguments
+    Case("mode unknown", align(cpu_session(), "cpu", "retry"), ModelInputError, "'retry'"),
+    Case("mode wrong case", align(cpu_session(), CUDA, "FAIL"), ModelInputError, "'FAIL'"),
+    Case("mode not a str", align(cpu_session(), "cpu", 1), ModelInputError, "got 1"),
+    Case("mode bytes", align(cpu_session(), "cpu", b"fail"), ModelInputError, "b'fail'"),
+    Case("mode before device", align(None, 3, "retry"), ModelInputError, "'retry'"),
+    Case("device int", align(cpu_session(), 0), ModelInputError, "int 0"),
+    Case("device None", align(cpu_session(), None), ModelInputError, "NoneType None"),
+    Case("device bytes", align(cpu_session(), b"cuda"), ModelInputError, "b'cuda'"),
+    Case("device tuple", align(cpu_session(), ("cuda", 0)), ModelInputError, "('cuda', 0)"),
+    Case("device unknown type", align(cpu_session(), "gpu:0"), ModelInputError, "'gpu:0'"),
+    Case("device negative", align(cpu_session(), "cuda:-1"), ModelInputError, "'cuda:-1'"),
+    Case("device empty", align(cpu_session(), ""), ModelInputError, "device=''"),
+    Case("device padded", align(cpu_session(), " cuda"), ModelInputError, "' cuda'"),
+    Case(
+        "fallback unused but bad",
+        align(cuda_session(), CUDA, fallback="nowhere"),
+        ModelInputError,
+        "'nowhere'",
+    ),
+    Case("fallback int", align(cpu_session(), "cpu", None, 3), ModelInputError, "int 3"),
+    # align_device_with_onnx_session: sessions
+    Case("session None", align(None, "cpu"), ModelInputError, "NoneType None"),
+    Case("session str", align("CPUExecutionProvider", CUDA), ModelInputError, "str 'CPU"),
+    Case(
+        "get_providers not callable",
+        align(NotCallableProviders(), CUDA),
+        ModelInputError,
+        "NotCallableProviders",
+    ),
+    Case(
+        "get_providers raises RuntimeError",
+        align(RaisingSession(RuntimeError("native session gone")), CUDA),
+        ModelInputError,
+        "RuntimeError: native session gone",
+    ),
+    Case(
+        "get_providers raises KeyError",
+        align(RaisingSession(KeyError("providers")), CUDA),
+        ModelInputError,
+        "KeyError: 'providers'",
+    ),
+    Case(
+        "get_providers raises AttributeError",
+        align(RaisingSession(AttributeError("_sess")), CUDA),
+        ModelInputError,
+        "AttributeError: _sess",
+    ),
+    Case(
+        "get_providers returns None",
+        align(ReturningSession(None), CUDA),
+        ModelInputError,
+        "NoneType None",
+    ),
+    Case(
+        "get_providers returns a str",
+        align(ReturningSession("CUDAExecutionProvider"), CUDA),
+        ModelInputError,
+        "str 'CUDAExecutionProvider'",
+    ),
+    Case(
+        "get_providers returns a set",
+        align(ReturningSession({"CUDAExecutionProvider"}), CUDA),
+        ModelInputError,
+        "set {'CUDAExecutionProvider'}",
+    ),
+    Case(
+        "get_providers returns non-str names",
+        align(ReturningSession([1, None]), CUDA),
+        ModelInputError,
+        "[1, None]",
+    ),
+    Case(
+        "get_provider_options raises",
+        align(RaisingOptionsSession(), CUDA),
+        ModelInputError,
+        "KeyError: 'CUDAExecutionProvider'",
+    ),
+    Case(
+        "get_provider_options returns a list",
+        align(ReturningSession(["CUDAExecutionProvider"], ["device_id=1"]), CUDA),
+        ModelInputError,
+        "list ['device_id=1']",
+    ),
+    Case(
+        "provider options are a str",
+        align(
+            ReturningSession(["CUDAExecutionProvider"], {"CUDAExecutionProvider": "device_id=1"}),
+            CUDA,
+        ),
+        ModelInputError,
+        "str 'device_id=1'",
+    ),
+    *(
+        Case(f"device_id {raw!r}", align(session_with_device_id(raw), CUDA), ModelInputError, name)
+        for raw, name in [
+            ("abc", "device_id='abc'"),
+            ("-1", "device_id='-1'"),
+            (-1, "device_id=-1"),
+            ("", "device_id=''"),
+            ("1.0", "device_id='1.0'"),
+            (1.0, "device_id=1.0"),
+            ("0x1", "device_id='0x1'"),
+            (True, "device_id=True"),
+            ("\u0663", "device_id='\u0663'"),
+            ([0], "device_id=[0]"),
+            ({"id": 0}, "device_id={'id': 0}"),
+            ("128", "128"),
+            (2**70, str(2**70)),
+        ]
+    ),
+    # aligned_device
+    Case(
+        "aligned_device mode",
+        enter_aligned(cpu_session(), "cpu", resolution_mode="x"),
+        ModelInputError,
+        "'x'",
+    ),
+    Case("aligned_device device", enter_aligned(cpu_session(), "gpu"), ModelInputError, "'gpu'"),
+    Case(
+        "aligned_device fallback",
+        enter_aligned(cpu_session(), "cpu", fallback_device=1.5),
+        ModelInputError,
+        "float 1.5",
+    ),
+    Case(
+        "aligned_device warn",
+        enter_aligned(cpu_session(), "cpu", warn="yes"),
+        ModelInputError,
+        "str 'yes'",
+    ),
+    Case(
+        "aligned_device session",
+        enter_aligned(RaisingSession(TypeError("bad call")), CUDA),
+        ModelInputError,
+        "TypeError: bad call",
+    ),
+    # device_policy
+    Case("policy mode", make_policy("strict"), ModelInputError, "'strict'"),
+    Case("policy fallback", make_policy(fallback_device="gpu"), ModelInputError, "'gpu'"),
+    Case("policy fallback type", make_policy(fallback_device=0), ModelInputError, "int 0"),
+    Case("policy warn int", make_policy(warn=1), ModelInputError, "int 1"),
+    Case("policy warn str", make_policy(warn="False"), ModelInputError, "str 'False'"),
+    Case(
+        "policy on generator",
+        policy_on(generator_factory),
+        ModelInputError,
+        "'generator_factory'",
+    ),
+    Case(
+        "policy on async generator",
+        policy_on(async_generator_factory),
+        ModelInputError,
+        "'async_generator_factory'",
+    ),
+    # device_guard: decoration
+    Case("guard not callable", lambda: device_guard(cast(Any, 42)), ModelInputError, "int 42"),
+    Case("guard mode", decorate(resolution_mode="retry"), ModelInputError, "'retry'"),
+    Case("guard fallback", decorate(fallback_device="gpu"), ModelInputError, "'gpu'"),
+    Case(
+        "guard session_attr", decorate(session_attr="not a name"), ModelInputError, "'not a name'"
+    ),
+    Case("guard session_attr empty", decorate(session_attr=()), ModelInputError, "()"),
+    Case("guard session_attr types", decorate(session_attr=[1]), ModelInputError, "[1]"),
+    Case(
+        "guard device_attr tuple", decorate(device_attr=("a", "b")), ModelInputError, "('a', 'b')"
+    ),
+    Case("guard device_attr int", decorate(device_attr=3), ModelInputError, "got 3"),
+    # device_guard: what the factory returns
+    Case("factory returns None", guarded_call(None), DeviceGuardError, "NoneType"),
+    Case("async factory returns None", guarded_async_call(None), DeviceGuardError, "NoneType"),
+    Case(
+        "model without session", guarded_call(object()), DeviceGuardError, "'_session', 'session'"
+    ),
+    Case(
+        "model without device",
+        guarded_call(type("NoDevice", (), {"session": cpu_session()})()),
+        DeviceGuardError,
+        "'_device', 'device'",
+    ),
+    Case(
+        "named session attr missing",
+        guarded_call(Model(cpu_session(), "cpu"), session_attr=("vision", "text")),
+        DeviceGuardError,
+        "'vision', 'text'",
+    ),
+    Case(
+        "named device attr missing",
+        guarded_call(Model(cpu_session(), "cpu"), device_attr="target"),
+        DeviceGuardError,
+        "'target'",
+    ),
+    Case("session None", guarded_call(Model(None, "cuda")), ModelInputError, "NoneType None"),
+    Case("device float", guarded_call(Model(cpu_session(), 3.5)), ModelInputError, "float 3.5"),
+    Case(
+        "device unparsable", guarded_call(Model(cpu_session(), "gpu:0")), ModelInputError, "'gpu:0'"
+    ),
+    Case(
+        "session raises",
+        guarded_call(Model(RaisingSession(KeyError("x")), "cuda")),
+        ModelInputError,
+        "KeyError: 'x'",
+    ),
+    Case(
+        "session device_id garbage",
+        guarded_call(Model(session_with_device_id("zero"), "cuda")),
+        ModelInputError,
+        "device_id='zero'",
+    ),
+    Case(
+        "device read-only",
+        guarded_call(ReadOnlyDeviceModel()),
+        DeviceGuardError,
+        "'device' cannot be set to 'cpu'",
+    ),
+    Case("sync factory returns coroutine", returns_coroutine(), DeviceGuardError, "awaitable"),
+    Case(
+        "fail mode",
+        guarded_call(Model(cpu_session(), "cuda:0"), resolution_mode="fail"),
+        EnvironmentConfigurationError,
+        "'cuda:0'",
+    ),
+]
+
+
+@pytest.fixture(autouse=True)
+def defaults_back_after_each() -> Iterator[None]:
+    """Whatever a case does, no scope outlives it."""
+    yield
+    policy = current_policy()
+    assert (policy.resolution_mode, policy.fallback_device, policy.warn, policy.outer) == (
+        "fallback",
+        torch.device("cpu"),
+        True,
+        None,
+    )
+
+
+class TestBadInput:
+    """Each bad call raises the documented error, naming the bad value."""
+
+    @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+    def test_documented_error_naming_the_value(self, case: Case) -> None:
+        """The error is the documented type, says what was wrong and links to the docs."""
+        with device_policy(warn=False), pytest.raises(DeviceGuardError) as info:
+            case.call()
+        error = info.value
+        assert type(error) is case.error
+        assert not isinstance(error, AttributeError | KeyError | TypeError)
+        assert case.names in error.message
+        assert error.help_url.startswith("https://")
+        assert str(error) == f"{error.message} (see {error.help_url})"
+
+    def test_every_entry_point_is_covered(self) -> None:
+        """The table exercises every public callable."""
+        called = " ".join(case.id for case in CASES)
+        for entry in ("aligned_device", "policy", "guard", "factory", "mode", "session"):
+            assert entry in called
+
+
+class UserError(Exception):
+    """Something the user's own factory raises."""
+
+
+@dataclass
+class FactoryFailure:
+    id: str
+    error: BaseException
+
+
+FAILURES = [
+    FactoryFailure("custom", UserError("weights not found")),
+    FactoryFailure("KeyError", KeyError("weights")),
+    FactoryFailure("AttributeError", AttributeError("no attribute 'onnx'")),
+    FactoryFailure("TypeError", TypeError("bad argument")),
+    FactoryFailure("library error", ModelInputError("raised by a nested call")),
+    FactoryFailure("KeyboardInterrupt", KeyboardInterrupt()),
+]
+failures = pytest.mark.parametrize("failure", FAILURES, ids=[f.id for f in FAILURES])
+
+
+def check_in_scope(mode: str, fallback: str) -> None:
+    policy = current_policy()
+    assert (policy.resolution_mode, str(policy.fallback_device)) == (mode, fallback)
+
+
+class TestFactoryErrors:
+    """An exception from the factory itself reaches the caller unchanged; scopes unwind."""
+
+    @failures
+    def test_sync_factory(self, failure: FactoryFailure) -> None:
+        """A guarded factory's own exception passes through the guard as the same object."""
+
+        @device_guard(resolution_mode="fail")
+        def load() -> Model:
+            raise failure.error
+
+        with device_policy("fallback", "meta"):
+            with pytest.raises(type(failure.error)) as info:
+                load()
+            assert info.value is failure.error
+            check_in_scope("fallback", "meta")
+
+    @failures
+    def test_async_factory(self, failure: FactoryFailure) -> None:
+        """An async guarded factory's exception passes through the guard unchanged."""
+
+        @device_guard
+        async def load() -> Model:
+            await asyncio.sleep(0)
+            raise failure.error
+
+        async def main() -> None:
+            with device_policy("fail", "meta"):
+                with pytest.raises(type(failure.error)) as info:
+                    await load()
+                assert info.value is failure.error
+                check_in_scope("fail", "meta")
+
+        asyncio.run(main())
+
+    @failures
+    def test_factory_under_device_policy_decorator(self, failure: FactoryFailure) -> None:
+        """A factory decorated with device_policy restores the caller's scope when it raises."""
+
+        @device_policy("fail", "cuda:3")
+        @device_guard
+        def load() -> Model:
+            check_in_scope("fail", "cuda:3")
+            raise failure.error
+
+        with device_policy("fallback", "meta"):
+            with pytest.raises(type(failure.error)) as info:
+                load()
+            assert info.value is failure.error
+            check_in_scope("fallback", "meta")
+
+    @failures
+    def test_async_factory_under_device_policy_decorator(self, failure: FactoryFailure) -> None:
+        """The async form restores the caller's scope too."""
+
+        @device_policy("fail", "cuda:3")
+        @device_guard
+        async def load() -> Model:
+            await asyncio.sleep(0)
+            check_in_scope("fail", "cuda:3")
+            raise failure.error
+
+        async def main() -> None:
+            with pytest.raises(type(failure.error)) as info:
+                await load()
+            assert info.value is failure.error
+
+        asyncio.run(main())
+
+    @failures
+    def test_aligned_device_block(self, failure: FactoryFailure) -> None:
+        """An exception inside an aligned_device block passes through and ends its scope."""
+
+        def block() -> None:
+            with aligned_device(cpu_session(), "cuda", fallback_device="cpu", warn=False):
+                check_in_scope("fallback", "cpu")
+                raise failure.error
+
+        with device_policy("fallback", "meta"):
+            with pytest.raises(type(failure.error)) as info:
+                block()
+            assert info.value is failure.error
+            check_in_scope("fallback", "meta")
+
+    def test_alignment_error_leaves_the_model_untouched(self) -> None:
+        """When alignment raises, the model's device keeps the value the factory gave it."""
+        model = Model(cpu_session(), "cuda:0")
+
+        @device_guard(resolution_mode="fail")
+        def load() -> Model:
+            return model
+
+        with pytest.raises(EnvironmentConfigurationError):
+            load()
+        assert model.device == "cuda:0"
