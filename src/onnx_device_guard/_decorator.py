@@ -177,23 +177,16 @@ class _GuardOptions:
 
     def align(self, model: object, factory: object) -> None:
         """Align `model`'s device with its sessions, writing it back if it changes."""
-        session_names = self._session_names(model, factory)
-        device_name = self._device_name(model, factory)
-        current = getattr(model, device_name)
+        session_names, sessions = self._read_sessions(model, factory)
+        device_name, current = self._read_device(model, factory)
         try:
-            if len(session_names) == 1:  # the common case, without the multi-session steps
+            if len(sessions) == 1:  # the common case, without the multi-session steps
                 aligned = align_device_with_onnx_session(
-                    getattr(model, session_names[0]),
-                    current,
-                    self.resolution_mode,
-                    self.fallback_device,
+                    sessions[0], current, self.resolution_mode, self.fallback_device
                 )
             else:
                 aligned = align_device_with_onnx_sessions(
-                    [getattr(model, name) for name in session_names],
-                    current,
-                    self.resolution_mode,
-                    self.fallback_device,
+                    sessions, current, self.resolution_mode, self.fallback_device
                 )
         except ModelInputError as error:
             raise ModelInputError(
@@ -213,39 +206,73 @@ class _GuardOptions:
                 "or pass device_attr= naming an attribute that is."
             ) from error
 
-    def _session_names(self, model: object, factory: object) -> tuple[str, ...]:
+    def _read_sessions(
+        self, model: object, factory: object
+    ) -> tuple[tuple[str, ...], list[object]]:
         if self.session_attrs is None:
-            return (_first_present(model, _SESSION_ATTRS, factory, "session"),)
-        missing = [name for name in self.session_attrs if not hasattr(model, name)]
+            name, session = _first_present(model, _SESSION_ATTRS, factory, "session")
+            return (name,), [session]
+        sessions = [getattr(model, name, _MISSING) for name in self.session_attrs]
+        missing = tuple(
+            name
+            for name, session in zip(self.session_attrs, sessions, strict=True)
+            if session is _MISSING
+        )
         if missing:
-            raise DeviceGuardError(
-                f"{_describe(factory, model)} without the session attribute(s) "
-                f"{_names(tuple(missing))} named in session_attr={self.session_attrs!r}. "
-                "Return a model that has them, or fix session_attr."
+            raise _unusable(
+                factory,
+                model,
+                f" without the session attribute(s) {_names(missing)} named in "
+                f"session_attr={self.session_attrs!r}. Return a model that has them, "
+                "or fix session_attr.",
             )
-        return self.session_attrs
+        return self.session_attrs, sessions
 
-    def _device_name(self, model: object, factory: object) -> str:
+    def _read_device(self, model: object, factory: object) -> tuple[str, Any]:
         if self.device_attr is None:
             return _first_present(model, _DEVICE_ATTRS, factory, "device")
-        if not hasattr(model, self.device_attr):
-            raise DeviceGuardError(
-                f"{_describe(factory, model)} without the device attribute "
-                f"{self.device_attr!r} named in device_attr. Return a model that has it, "
-                "or fix device_attr."
+        device = getattr(model, self.device_attr, _MISSING)
+        if device is _MISSING:
+            raise _unusable(
+                factory,
+                model,
+                f" without the device attribute {self.device_attr!r} named in device_attr. "
+                "Return a model that has it, or fix device_attr.",
             )
-        return self.device_attr
+        return self.device_attr, device
 
 
-def _first_present(model: object, names: tuple[str, ...], factory: object, what: str) -> str:
+_MISSING = object()
+
+
+def _first_present(
+    model: object, names: tuple[str, ...], factory: object, what: str
+) -> tuple[str, Any]:
+    """Return the first of `names` that `model` has, with its value."""
     for name in names:
-        if hasattr(model, name):
-            return name
-    raise DeviceGuardError(
-        f"{_describe(factory, model)}, which has none of the {what} attributes tried "
-        f"({_names(names)}). Return the model object, or pass {what}_attr= naming the "
-        f"attribute that holds its {what}."
+        value = getattr(model, name, _MISSING)
+        if value is not _MISSING:
+            return name, value
+    raise _unusable(
+        factory,
+        model,
+        f", which has none of the {what} attributes tried ({_names(names)}). Return the "
+        f"model object, or pass {what}_attr= naming the attribute that holds its {what}.",
     )
+
+
+def _unusable(factory: object, model: object, detail: str) -> DeviceGuardError:
+    """The error for a model without the attributes the guard needs."""
+    if inspect.isawaitable(model):  # a plain def that returned a coroutine, most likely
+        close = getattr(model, "close", None)
+        if callable(close):
+            close()  # no "coroutine was never awaited" warning
+        return DeviceGuardError(
+            f"The factory {_factory_name(factory)} returned an awaitable, but device_guard "
+            "only treats `async def` factories as asynchronous. Make the factory an "
+            "`async def`, or await inside it."
+        )
+    return DeviceGuardError(_describe(factory, model) + detail)
 
 
 def _attribute_names(value: object, option: str = "session_attr") -> tuple[str, ...]:
@@ -263,9 +290,12 @@ def _attribute_names(value: object, option: str = "session_attr") -> tuple[str, 
     )
 
 
+def _factory_name(factory: object) -> str:
+    return getattr(factory, "__qualname__", None) or repr(factory)
+
+
 def _describe(factory: object, model: object) -> str:
-    name = getattr(factory, "__qualname__", None) or repr(factory)
-    return f"The factory {name} returned {type(model).__name__}"
+    return f"The factory {_factory_name(factory)} returned {type(model).__name__}"
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -277,53 +307,30 @@ def _is_coroutine_factory(wrapped: object) -> bool:
     return inspect.iscoroutinefunction(function)
 
 
-class _SyncGuard:
-    """The wrapper of a plain factory: call it, then align what it returned."""
-
-    __slots__ = ("options",)
-
-    def __init__(self, options: _GuardOptions) -> None:
-        self.options = options
-
-    def __call__(
-        self, wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
-    ) -> Any:
-        model = wrapped(*args, **kwargs)
-        if inspect.isawaitable(model):
-            _close(model)
-            raise DeviceGuardError(
-                f"The factory {getattr(wrapped, '__qualname__', wrapped)} returned an awaitable, "
-                "but device_guard only treats `async def` factories as asynchronous. Make the "
-                "factory an `async def`, or await inside it."
-            )
-        self.options.align(model, wrapped)
-        return model
-
-
-class _AsyncGuard(_SyncGuard):
-    """The wrapper of an `async def` factory: await it, then align the model."""
-
-    __slots__ = ()
-
-    async def __call__(
-        self, wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
-    ) -> Any:
-        model = await wrapped(*args, **kwargs)
-        self.options.align(model, wrapped)
-        return model
-
-
-def _close(awaitable: object) -> None:
-    close = getattr(awaitable, "close", None)
-    if callable(close):
-        close()  # no "coroutine was never awaited" warning
-
-
 class _GuardedFactory(WrapperByReference):
     """A factory wrapped by `device_guard`; pickles by reference."""
 
     pickled_as = "guarded factory"
 
     def __init__(self, wrapped: Any, options: _GuardOptions) -> None:
-        guard = _AsyncGuard(options) if _is_coroutine_factory(wrapped) else _SyncGuard(options)
+        align = options.align
+        if _is_coroutine_factory(wrapped):
+
+            async def guard(
+                wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
+            ) -> Any:
+                model = await wrapped(*args, **kwargs)
+                align(model, wrapped)
+                return model
+
+        else:
+
+            def guard(  # type: ignore[misc]
+                wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
+            ) -> Any:
+                model = wrapped(*args, **kwargs)
+                align(model, wrapped)
+                return model
+
+        # The instance is never passed on: wrapt has already bound `wrapped`.
         super().__init__(wrapped, guard)
