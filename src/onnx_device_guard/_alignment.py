@@ -10,7 +10,13 @@ import torch
 
 from ._devices import DeviceLike, as_device, cuda_device, cuda_index, is_cuda
 from ._errors import EnvironmentConfigurationError, ModelInputError, help_url
-from ._policy import DeviceMismatchResolutionMode, check_mode, current_policy, device_policy
+from ._policy import (
+    DeviceMismatchResolutionMode,
+    Policy,
+    check_mode,
+    current_policy,
+    device_policy,
+)
 from ._providers import (
     effective_providers,
     first_gpu_provider,
@@ -207,14 +213,7 @@ def align_device_with_onnx_session(
         >>> align_device_with_onnx_session(SessionOnGPU1(), "cuda:0")
         device(type='cuda', index=1)
     """
-    policy = current_policy()
-    mode = policy.resolution_mode if resolution_mode is None else check_mode(resolution_mode)
-    requested = device if isinstance(device, torch.device) else as_device(device, "device")
-    fallback = (
-        policy.fallback_device
-        if fallback_device is None
-        else as_device(fallback_device, "fallback_device")
-    )
+    policy, mode, requested, fallback = _arguments(resolution_mode, device, fallback_device)
     mismatch = find_mismatch(session, requested)
     if mismatch is None:
         return requested
@@ -233,14 +232,7 @@ def align_device_with_onnx_sessions(
     can move the device to a GPU that an earlier one does not run on; then no
     GPU serves them all and the fallback device is used, if they all read it.
     """
-    policy = current_policy()
-    mode = policy.resolution_mode if resolution_mode is None else check_mode(resolution_mode)
-    aligned = as_device(device, "device")
-    fallback = (
-        policy.fallback_device
-        if fallback_device is None
-        else as_device(fallback_device, "fallback_device")
-    )
+    policy, mode, aligned, fallback = _arguments(resolution_mode, device, fallback_device)
     for session in sessions:
         mismatch = find_mismatch(session, aligned)
         if mismatch is not None:
@@ -263,6 +255,24 @@ def align_device_with_onnx_sessions(
         fallback,
     )
     return fallback
+
+
+def _arguments(
+    resolution_mode: object, device: object, fallback_device: object
+) -> tuple[Policy, DeviceMismatchResolutionMode, torch.device, torch.device]:
+    """The policy in force, and the mode, device and fallback device a call uses.
+
+    They are checked in this order: the mode first, whatever else is wrong.
+    """
+    policy = current_policy()
+    mode = policy.resolution_mode if resolution_mode is None else check_mode(resolution_mode)
+    requested = device if isinstance(device, torch.device) else as_device(device, "device")
+    fallback = (
+        policy.fallback_device
+        if fallback_device is None
+        else as_device(fallback_device, "fallback_device")
+    )
+    return policy, mode, requested, fallback
 
 
 def _resolve(
