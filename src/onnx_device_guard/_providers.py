@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any
 
 from ._errors import ModelInputError
 
@@ -36,15 +36,6 @@ _DEVICE_IDS = {str(index): index for index in range(64)}
 """`device_id` values as onnxruntime reports them (`"0"`), and the index each names."""
 
 
-class SessionLike(Protocol):
-    """What this library needs of a session: an `onnxruntime.InferenceSession` has it.
-
-    `get_provider_options()` is optional; without it no device index is checked.
-    """
-
-    def get_providers(self) -> list[str]: ...
-
-
 def require_session(session: object) -> Callable[[], object]:
     """Return `session.get_providers`, or raise `ModelInputError` if it has none."""
     try:
@@ -61,14 +52,7 @@ def require_session(session: object) -> Callable[[], object]:
 
 def effective_providers(session: object) -> tuple[str, ...]:
     """Return `session.get_providers()` as a tuple, or raise `ModelInputError`."""
-    get_providers = require_session(session)
-    try:
-        providers = get_providers()
-    except Exception as error:
-        raise ModelInputError(
-            f"session.get_providers() raised {type(error).__name__}: {error}. "
-            "Pass a fully initialised onnxruntime.InferenceSession."
-        ) from error
+    providers = _ask(require_session(session), "get_providers")
     if not isinstance(providers, (list, tuple)):
         raise ModelInputError(
             "session.get_providers() must return a list of provider names; "
@@ -103,13 +87,7 @@ def provider_device_id(session: object, provider: str) -> int | None:
         raise _lookup_error("get_provider_options", error) from error
     if not callable(get_options):
         return None
-    try:
-        all_options = get_options()
-    except Exception as error:
-        raise ModelInputError(
-            f"session.get_provider_options() raised {type(error).__name__}: {error}. "
-            "Pass a fully initialised onnxruntime.InferenceSession."
-        ) from error
+    all_options = _ask(get_options, "get_provider_options")
     if type(all_options) is not dict and not isinstance(all_options, Mapping):
         raise ModelInputError(
             "session.get_provider_options() must return a mapping of provider name to "
@@ -130,6 +108,17 @@ def provider_device_id(session: object, provider: str) -> int | None:
     if raw is None:
         return None
     return _parse_device_id(raw, provider)
+
+
+def _ask(method: Callable[[], object], name: str) -> Any:
+    """Call the session's `method`, turning whatever it raises into `ModelInputError`."""
+    try:
+        return method()
+    except Exception as error:
+        raise ModelInputError(
+            f"session.{name}() raised {type(error).__name__}: {error}. "
+            "Pass a fully initialised onnxruntime.InferenceSession."
+        ) from error
 
 
 def _lookup_error(name: str, error: Exception) -> ModelInputError:
