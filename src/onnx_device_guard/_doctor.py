@@ -18,7 +18,7 @@ import torch
 
 from ._alignment import Mismatch
 from ._devices import cuda_index
-from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
+from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, first_gpu_provider
 
 CUDA_REQUIREMENTS_URL = (
     "https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements"
@@ -216,7 +216,7 @@ def headline(facts: Facts) -> str:
     if result == "fallback":
         why = facts.mismatch.problem if facts.mismatch is not None else ""
         return f"FALLBACK: {requested!r} -> {aligned!r}. {why}".rstrip()
-    provider = _first_gpu(facts.session_providers)
+    provider = first_gpu_provider(facts.session_providers)
     if facts.aligned_device.type == "cuda" and provider is not None:
         return f"OK: the session runs {provider} and reads tensors on {aligned!r}."
     return f"OK: the session reads tensors on {aligned!r}."
@@ -262,7 +262,7 @@ def render_text(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) ->
     messages = facts.onnxruntime_messages + facts.torch_messages
     if messages:
         lines += ["", "What onnxruntime and torch said:"]
-        lines += [_wrap(_shorten(message), indent=4, first="  - ") for message in messages]
+        lines += [_wrap(one_line(message), indent=4, first="  - ") for message in messages]
     lines += ["", _wrap(headline(facts), indent=0)]
     if strict and facts.fell_back and verdict(facts) == "fallback":
         lines.append("--strict: the device had to be changed, so the exit status is 1.")
@@ -405,7 +405,7 @@ def _dropped(name: str, facts: Facts) -> Finding:
             "the session runs without it."
         )
     else:
-        reason = f" It said: {_shorten(said[0])}" if said else ""
+        reason = f" It said: {one_line(said[0])}" if said else ""
         problem = (
             f"{name} is in this onnxruntime build, but onnxruntime dropped it when it "
             f"created the session.{reason}"
@@ -460,7 +460,7 @@ def _device_findings(facts: Facts) -> list[Finding]:
     if any(name in GPU_CAPABLE_EXECUTION_PROVIDERS for name in facts.requested_providers):
         # A GPU provider was asked for and lost: the provider findings say why.
         return []
-    in_build = _first_gpu(facts.available_providers)
+    in_build = first_gpu_provider(facts.available_providers)
     if in_build is not None:
         return [
             Finding(
@@ -498,7 +498,7 @@ def _torch_findings(facts: Facts) -> list[Finding]:
     if device.type != "cuda":
         return []
     count = facts.torch_cuda_device_count
-    said = f" torch said: {_shorten(facts.torch_messages[0])}" if facts.torch_messages else ""
+    said = f" torch said: {one_line(facts.torch_messages[0])}" if facts.torch_messages else ""
     if count == 0 and facts.torch_gpu_build is None:
         return [
             Finding(
@@ -583,10 +583,6 @@ def _build(facts: Facts) -> str:
     return ", ".join(map(str, owners)) if owners else f"onnxruntime {facts.onnxruntime_version}"
 
 
-def _first_gpu(providers: tuple[str, ...]) -> str | None:
-    return next((name for name in providers if name in GPU_CAPABLE_EXECUTION_PROVIDERS), None)
-
-
 def _providers_line(
     providers: tuple[str, ...],
     options: Mapping[str, Mapping[str, str]],
@@ -612,8 +608,9 @@ def _plain(options: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]
     return {name: dict(values) for name, values in options.items()}
 
 
-def _shorten(text: str, limit: int = 400) -> str:
-    flat = " ".join(text.split())
+def one_line(value: object, limit: int = 400) -> str:
+    """`str(value)` on one line, cut to `limit` characters with an ellipsis."""
+    flat = " ".join(str(value).split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 

@@ -29,7 +29,7 @@ import torch
 
 from ._alignment import Mismatch, align_device_with_onnx_session, find_mismatch
 from ._devices import cuda_index
-from ._doctor import Facts, InferenceCheck, InstalledDistribution
+from ._doctor import Facts, InferenceCheck, InstalledDistribution, one_line
 from ._errors import ModelInputError
 from ._policy import device_policy
 from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
@@ -174,7 +174,7 @@ def import_onnxruntime() -> Any:
     except ModuleNotFoundError as error:
         if error.name != "onnxruntime":
             raise ModelInputError(
-                f"onnxruntime is installed but cannot be imported: {_one_line(error)}."
+                f"onnxruntime is installed but cannot be imported: {one_line(error, 500)}."
             ) from None
         owners = [dist for dist in onnxruntime_distributions() if dist.provides_module]
         if owners:
@@ -190,7 +190,7 @@ def import_onnxruntime() -> Any:
         ) from None
     except ImportError as error:
         raise ModelInputError(
-            f"onnxruntime is installed but cannot be imported: {_one_line(error)}"
+            f"onnxruntime is installed but cannot be imported: {one_line(error, 500)}"
         ) from None
     return onnxruntime
 
@@ -233,7 +233,7 @@ def torch_cuda_facts() -> tuple[str | None, int, tuple[str, ...]]:
     cuda: str | None = torch.version.cuda
     hip: str | None = getattr(torch.version, "hip", None)
     build = f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else None
-    return build, count, tuple(_one_line(warning.message) for warning in caught)
+    return build, count, tuple(one_line(warning.message, 500) for warning in caught)
 
 
 # The input.
@@ -345,7 +345,7 @@ def create_session(
 
 
 def _session_error(label: str, error: Exception) -> str:
-    text = _one_line(error)
+    text = one_line(error, 500)
     found = re.search(r"failed:\s*(.+)$", text)
     reason = found.group(1) if found else text
     if (
@@ -367,7 +367,7 @@ class Captured:
 
     def messages(self) -> tuple[str, ...]:
         """Return the warnings, printed lines and native log lines, one line each."""
-        messages = [_one_line(text) for text in self.warnings]
+        messages = [one_line(text, 500) for text in self.warnings]
         for line in self.stdout.splitlines():
             if line.strip("* \t") not in ("", "EP Error"):  # not the banner of a retry
                 messages.append(line.strip())
@@ -531,9 +531,4 @@ def run_bound(
 
 
 def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {_one_line(error)}"
-
-
-def _one_line(value: object, limit: int = 500) -> str:
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {one_line(error, 500)}"
