@@ -31,12 +31,11 @@ from onnx_device_guard._doctor import (
     render_text,
     verdict,
 )
-from onnx_device_guard._probe import (
+from onnx_device_guard._doctor.capture import Captured, captured_output
+from onnx_device_guard._doctor.files import check_model_file
+from onnx_device_guard._doctor.probe import (
     TINY_MODEL,
-    Captured,
     align,
-    captured_output,
-    check_model_file,
     check_provider_names,
     create_session,
     import_onnxruntime,
@@ -593,7 +592,9 @@ class TestModelFile:
 
         monkeypatch.setattr(Path, "open", refuse)
 
-        with pytest.raises(ModelInputError, match=r"cannot read model file .*: Permission denied"):
+        with pytest.raises(
+            ModelInputError, match=r"cannot read '.*locked\.onnx': permission denied"
+        ):
             check_model_file(model)
 
 
@@ -733,11 +734,11 @@ def inputs_on_cpu(monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
     """Make the doctor's CUDA inputs on CPU, so the IO-binding path runs without a GPU."""
     made: list[torch.Tensor] = []
 
-    def make_inputs(specs: Any, device: torch.device) -> list[torch.Tensor]:
-        made.extend(torch.zeros(spec.shape, dtype=spec.dtype) for spec in specs)
+    def make_tensors(specs: Any, device: torch.device) -> list[torch.Tensor]:
+        made.extend(torch.full(spec.shape, spec.value, dtype=spec.dtype) for spec in specs)
         return made
 
-    monkeypatch.setattr("onnx_device_guard._probe.make_inputs", make_inputs)
+    monkeypatch.setattr("onnx_device_guard._doctor.probe.make_tensors", make_tensors)
     return made
 
 
@@ -746,7 +747,9 @@ class TestInference:
         """The tiny model runs on CPU through session.run, dynamic batch set to 1."""
         check = run_inference(real_cpu_session, torch.device("cpu"))
 
-        assert check == InferenceCheck("ok", "InferenceSession.run on cpu with x float32[1,4]")
+        assert check == InferenceCheck(
+            "ok", "InferenceSession.run on cpu with x float32[1,4]", attempts=1
+        )
 
     def test_cuda_goes_through_io_binding(self, inputs_on_cpu: list[torch.Tensor]) -> None:
         """A CUDA device binds the tensors in place, outputs on the same GPU, then runs."""
@@ -756,7 +759,7 @@ class TestInference:
 
         x, n = inputs_on_cpu
         assert check.status == "ok"
-        assert check.detail == "run_with_iobinding on cuda:0 with x float32[1,4], n int64[]"
+        assert check.detail == "run_with_iobinding on cuda:0 with x float32[1,4], n int64[]=1"
         assert session.binding.calls == [
             (
                 "bind_input",
