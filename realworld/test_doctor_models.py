@@ -54,7 +54,7 @@ def models() -> list[tuple[str, Path]]:
 class TestBundledModels:
     def test_every_package_ships_the_models_expected(self, models: list[tuple[str, Path]]) -> None:
         """silero-vad 6, magika 1, rapidocr_onnxruntime 3: the table below covers them all."""
-        counts = {package: 0 for package in PACKAGES}
+        counts = dict.fromkeys(PACKAGES, 0)
         for package, _ in models:
             counts[package] += 1
 
