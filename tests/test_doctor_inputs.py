@@ -83,7 +83,9 @@ class TestSearchOnModelsThatRefuseSizeOne:
         assert check.culprits == ("x",)
         assert check.suggestion == ("--no-inference",)
         assert check.attempts == len(SIZES)
-        assert "cannot be reshaped" in check.detail
+        assert check.hints == ("--input x=LENGTH", "--dim length=N")
+        assert "cannot be reshaped to the requested shape" in check.detail
+        assert "onnxruntime::" not in check.detail  # the C++ signature is cut
 
     def test_a_wrong_scalar_value_is_inconclusive_naming_it(self, tmp_path: Path) -> None:
         """A scalar whose name gives no hint gets 1; refused, the report names that input."""

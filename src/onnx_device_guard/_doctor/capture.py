@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from .facts import one_line
+from .facts import one_line, tidy_error
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?\s+")
@@ -80,12 +80,13 @@ def clean_messages(messages: Iterable[str], *, known: Iterable[str] = ()) -> tup
         ... ])
         (["Specified provider 'CUDAExecutionProvider' is not in available provider names."], 1)
     """
-    said = {_key(text) for text in known}
+    known_keys = [_key(text) for text in known]
+    said = set(known_keys)
     kept: list[str] = []
     unrelated = 0
     for message in messages:
         key = _key(message)
-        if not key or key in said or any(key in _key(other) for other in known):
+        if not key or key in said or any(key[:80] in other for other in known_keys):
             continue
         said.add(key)
         if _RELEVANT.search(key):
@@ -96,7 +97,9 @@ def clean_messages(messages: Iterable[str], *, known: Iterable[str] = ()) -> tup
 
 
 def _key(message: str) -> str:
-    return " ".join(_LOG_PREFIX.sub("", message).split())
+    """The message without its log prefix, C++ locations and numbers (which vary by attempt)."""
+    text = tidy_error(_LOG_PREFIX.sub("", message))
+    return re.sub(r"\d+", "#", " ".join(text.split()))
 
 
 @contextlib.contextmanager

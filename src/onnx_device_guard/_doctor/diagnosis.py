@@ -461,12 +461,14 @@ def _inference_findings(facts: Facts) -> list[Finding]:
                 "with --input or --dim, or check the device alone with `--no-inference`."
             )
         else:
-            named = ", ".join(map(repr, check.culprits)) or "its inputs"
+            named = ", ".join(map(repr, check.culprits)) or "the inputs"
+            options = " or ".join(f"`{hint}`" for hint in check.hints) or (
+                "`--input NAME=SHAPE[:VALUE]` or `--dim NAME=N`"
+            )
             fix = (
-                f"Give {named} a shape and value the model accepts, with "
-                "`--input NAME=SHAPE[:VALUE]` (for example `--input x=1x3x224x224` or "
-                "`--input sr=:16000`) or `--dim NAME=N`; or check the device alone with "
-                "`--no-inference`."
+                f"Give {named} a shape and value the model accepts: {options}, with the "
+                "capitals filled in (as in `--input x=1x3x224x224` or `--input sr=:16000`); "
+                "or check the device alone with `--no-inference`."
             )
         return [
             Finding(

@@ -6,6 +6,7 @@ touches torch's devices or onnxruntime.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -57,6 +58,8 @@ class InferenceCheck:
     """Command-line options that should make an inconclusive run conclusive."""
     attempts: int = 0
     """How many input sets were tried."""
+    hints: tuple[str, ...] = ()
+    """Options with placeholders that would give the culprits inputs that fit."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,35 @@ class ModelError:
     model: str
     message: str
     seconds: float = 0.0
+
+
+# onnxruntime's errors quote where in its C++ sources they were raised, with the
+# function's whole signature: "/onnxruntime_src/.../reshape_helper.h:91 onnxruntime::
+# ReshapeHelper::ReshapeHelper(const onnxruntime::TensorShape&, ...) " and its status prefix.
+_CPP_LOCATION = re.compile(
+    r"(?:/\S+)?\b\w+\.(?:h|hpp|cc|cpp|cu):\d+\s+"  # the file and line
+    r"(?:[\w:<>,*&~ ]+?\s)?[\w:~<>]+\((?:[^()]|\([^()]*\))*\)(?:\s*const)?\s*"  # the function
+)
+_STATUS_PREFIX = re.compile(r"\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
+
+
+def tidy_error(text: str) -> str:
+    """Drop the C++ source locations, signatures and status prefix from onnxruntime's errors.
+
+    What is left is what onnxruntime has to say, which is at the end.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.facts import tidy_error
+        >>> tidy_error(
+        ...     "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running "
+        ...     "Reshape node. Name:'' Status Message: /src/reshape_helper.h:91 "
+        ...     "onnxruntime::ReshapeHelper::ReshapeHelper(const onnxruntime::TensorShape&, bool) "
+        ...     "The input tensor cannot be reshaped."
+        ... )
+        "Non-zero status code returned while running Reshape node. Name:''
+        Status Message: The input tensor cannot be reshaped."
+    """
+    return _STATUS_PREFIX.sub("", _CPP_LOCATION.sub("", text))
 
 
 def one_line(value: object, limit: int = 400) -> str:

@@ -341,6 +341,17 @@ def _spec(
     return InputSpec(model_input.name, tuple(shape), model_input.dtype, value)
 
 
+def named_by_a_person(dim: str) -> bool:
+    """Whether a dimension's name means something (`height`), not one an exporter made up.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.inputs import named_by_a_person
+        >>> named_by_a_person("height"), named_by_a_person("unk__214")
+        (True, False)
+    """
+    return not _GENERATED_NAME.match(dim)
+
+
 def _batch_like(dim: str | None, axis: int, rank: int) -> bool:
     if isinstance(dim, str) and _BATCH_NAME.match(dim):
         return True
@@ -403,7 +414,7 @@ def hint_for(model_input: ModelInput) -> str:
     for axis, dim in enumerate(model_input.dims):
         if isinstance(dim, int):
             parts.append(str(dim))
-        elif isinstance(dim, str) and re.fullmatch(r"[A-Za-z]\w{0,15}", dim):
+        elif isinstance(dim, str) and named_by_a_person(dim) and re.fullmatch(r"[A-Za-z]\w*", dim):
             parts.append(dim.upper())
         else:
             parts.append("N" if axis == 0 else f"D{axis}")

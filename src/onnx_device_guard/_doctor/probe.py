@@ -32,7 +32,14 @@ from .._errors import ModelInputError
 from .._policy import device_policy
 from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
 from .capture import Captured, captured_output, clean_messages
-from .facts import Environment, Facts, InferenceCheck, InstalledDistribution, one_line
+from .facts import (
+    Environment,
+    Facts,
+    InferenceCheck,
+    InstalledDistribution,
+    one_line,
+    tidy_error,
+)
 from .files import check_model_file, display_path, model_source
 from .inputs import (
     DEFAULT_MAX_INPUT_MIB,
@@ -44,8 +51,10 @@ from .inputs import (
     attempts,
     check_overrides,
     declared_inputs,
+    hint_for,
     make_tensors,
     mentioned_inputs,
+    named_by_a_person,
     total_bytes,
     value_dependent,
 )
@@ -415,9 +424,7 @@ def session_error(label: str, error: BaseException) -> str:
     """
     text = one_line(error, 100_000)
     reason = _CPP_NOISE.sub("", text, count=1) if "failed:" in text else text
-    reason = re.sub(r"^/\S+:\d+\s+(?:\S+\s+)?\S*\([^)]*\)\s*(?:const\s*)?", "", reason)
-    reason = re.sub(r"^\S+\.(?:cc|cpp|h):\d+\s+\S+\s*\([^)]*\)\s*", "", reason)
-    reason = one_line(reason, 600)
+    reason = one_line(tidy_error(reason), 600)
     if (
         type(error).__name__ == "InvalidProtobuf"
         or "INVALID_PROTOBUF" in text
@@ -546,18 +553,27 @@ def _inconclusive(
         if model_input.dynamic or model_input.name in value_dependent(inputs)
     )
     if len(tried) == 1:
-        what = f"with {_shown(tried[0])}"
+        what = f"the inputs {_shown(tried[0])}"
     else:
         what = (
-            f"with each of {len(tried)} input sets tried, from {_shown(tried[0])} "
+            f"each of the {len(tried)} input sets tried, from {_shown(tried[0])} "
             f"to {_shown(tried[-1])}"
         )
+    by_name = {model_input.name: model_input for model_input in inputs}
+    hints = [hint_for(by_name[name]) for name in culprits if name in by_name]
+    hints += [
+        f"--dim {dim}=N"
+        for name in culprits
+        for dim in dict.fromkeys(by_name[name].dims if name in by_name else ())
+        if isinstance(dim, str) and named_by_a_person(dim)
+    ]
     return InferenceCheck(
         "inconclusive",
-        f"{how} on {device} {what} {error}; the model's own operators refused the inputs",
+        f"the model's own operators refused {what} ({how} on {device}); the last {error}",
         culprits=culprits,
         suggestion=("--no-inference",),
         attempts=len(tried),
+        hints=tuple(hints),
     )
 
 
@@ -593,4 +609,4 @@ def run_bound(
 
 
 def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {one_line(error, 500)}"
+    return f"{type(error).__name__}: {one_line(tidy_error(one_line(error, 100_000)), 500)}"
