@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,10 @@ class TestFolders:
         assert text.count("\n=== ") == 4
         assert "ERROR: " in text
         summary = text.split("\nSummary:\n")[1].splitlines()
-        assert summary[0].split() == ["model", "verdict", "device", "inference", "exit", "seconds"]
-        rows = {Path(row.split()[0]).name: row.split()[1:5] for row in summary[2:]}
+        assert summary[0] == f"(models under {folder}{os.sep})"
+        assert summary[1].split() == ["model", "verdict", "device", "inference", "exit", "seconds"]
+        rows = {row.split()[0]: row.split()[1:5] for row in summary[3:]}
+        assert set(rows) == {"a_pad.onnx", "b_rate.onnx", "c_broken.onnx", "nested/d_concat.ONNX"}
         assert rows["c_broken.onnx"] == ["error", "-", "-", "2"]
         assert rows["a_pad.onnx"] == ["ok", "cpu", "ok", "0"]
 

@@ -7,6 +7,7 @@ section per model and a summary table.
 
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -90,16 +91,18 @@ def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> st
     """Return the table that ends a report on several models: one row per model."""
     header = ("model", "verdict", "device", "inference", "exit", "seconds")
     table: list[tuple[str, ...]] = [header]
+    folder = _common_folder([result.model for result in results])
     for result in results:
+        name = result.model[len(folder) :] if folder else result.model
         if isinstance(result, ModelError):
-            table.append((result.model, "error", "-", "-", "2", f"{result.seconds:.2f}"))
+            table.append((name, "error", "-", "-", "2", f"{result.seconds:.2f}"))
             continue
         device = str(result.requested_device)
         if result.fell_back:
             device += f" -> {result.aligned_device}"
         table.append(
             (
-                result.model,
+                name,
                 verdict(result),
                 device,
                 result.inference.status,
@@ -113,7 +116,19 @@ def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> st
         for row in table
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
+    if folder:
+        lines.insert(0, f"(models under {folder})")
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _common_folder(models: Sequence[str]) -> str:
+    """The folder all `models` lie in, with its trailing separator; '' if none or just '/'."""
+    if len(models) < 2 or not all(model.startswith(os.sep) for model in models):
+        return ""
+    folder = os.path.commonpath(models)
+    if folder in models:  # one model's own path: keep its name
+        folder = os.path.dirname(folder)
+    return "" if folder in ("", os.sep) else folder + os.sep
 
 
 def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) -> dict[str, object]:
