@@ -89,7 +89,7 @@ _shared = {"setup": _example_namespace, "fixtures": ["example_workdir"]}
 pytest_collect_file = (
     Sybil(
         parsers=[DocTestParser(optionflags=OPTIONS)],
-        patterns=["src/onnx_device_guard/*.py"],
+        patterns=["src/onnx_device_guard/*.py", "src/onnx_device_guard/*/*.py"],
         document_types={".py": DocStringsAndAttributeDocStrings},
         name="docstrings",
         **_shared,

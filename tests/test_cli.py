@@ -63,7 +63,7 @@ def invocations(broken: Path) -> dict[str, list[str]]:
         "module": [sys.executable, "-m", "onnx_device_guard", "doctor", "--device", "cpu"],
         "typo": [*doctor, "--providers", "CUDAExecutonProvider", CPU],
         "missing": [*doctor, str(broken / "missing.onnx")],
-        "directory": [*doctor, str(broken)],
+        "directory": [*doctor, str(broken / "no-models")],
         "not-onnx": [*doctor, str(broken / "notes.onnx")],
         "bad-device": [*doctor, "--device", "gpu:0"],
         "no-onnxruntime": [sys.executable, "-c", WITHOUT_ONNXRUNTIME, "doctor"],
@@ -86,9 +86,12 @@ def _run(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with ``notes.onnx`` (text named like a model) and no ``missing.onnx``."""
+    """A folder with ``notes.onnx`` (text named like a model), no ``missing.onnx``, and a
+    subfolder ``no-models`` without any model."""
     folder = tmp_path_factory.mktemp("broken")
     (folder / "notes.onnx").write_text("These are meeting notes, not weights.\n")
+    (folder / "no-models").mkdir()
+    (folder / "no-models" / "README.txt").write_text("no models here\n")
     return folder
 
 
@@ -180,7 +183,7 @@ class TestBadInput:
         ("run", "message"),
         [
             ("missing", r"model file '.*missing\.onnx' does not exist"),
-            ("directory", r"'.*broken\d*' is a directory, not an ONNX model file"),
+            ("directory", r"'.*no-models' is a directory with no \.onnx file in it"),
             ("not-onnx", r"'.*notes\.onnx' is not an ONNX model: onnxruntime cannot parse it"),
             ("bad-device", r"--device 'gpu:0' is not a device torch understands"),
             ("no-onnxruntime", r"onnxruntime is not installed; install exactly one"),
@@ -231,7 +234,7 @@ class TestMainInProcess:
     def test_model_swallowed_by_providers(self, capsys: pytest.CaptureFixture[str]) -> None:
         """A model path after --providers gets a hint instead of 'unknown provider'."""
         assert main(["doctor", "--providers", CPU, "model.onnx"]) == 2
-        assert "put MODEL.onnx before --providers" in capsys.readouterr().err
+        assert "put the models before --providers" in capsys.readouterr().err
 
     def test_malformed_provider_options(self, capsys: pytest.CaptureFixture[str]) -> None:
         """Provider options must be KEY=VALUE pairs."""

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import griffe
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted((ROOT / "src" / "onnx_device_guard").glob("*.py"))
+SOURCES = sorted((ROOT / "src" / "onnx_device_guard").rglob("*.py"))
 PUBLIC = sorted(name for name in onnx_device_guard.__all__ if name != "__version__")
 CALLABLES = [
     name

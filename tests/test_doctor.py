@@ -8,6 +8,7 @@ import re
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import torch
 from onnx_device_guard import ModelInputError
 from onnx_device_guard._doctor import (
     CUDA_REQUIREMENTS_URL,
+    EXIT_PRECEDENCE,
     Facts,
     Finding,
     InferenceCheck,
@@ -30,13 +32,13 @@ from onnx_device_guard._doctor import (
     render_json,
     render_text,
     verdict,
+    worst,
 )
-from onnx_device_guard._probe import (
+from onnx_device_guard._doctor.capture import Captured, captured_output, clean_messages
+from onnx_device_guard._doctor.files import check_model_file
+from onnx_device_guard._doctor.probe import (
     TINY_MODEL,
-    Captured,
     align,
-    captured_output,
-    check_model_file,
     check_provider_names,
     create_session,
     import_onnxruntime,
@@ -382,6 +384,96 @@ class TestExitStatus:
         assert (exit_code(facts, strict=False), exit_code(facts, strict=True)) == (0, 1)
         assert headline(facts).startswith("FALLBACK: 'cuda' -> 'cpu'. The model asks for")
 
+    def test_inconclusive_is_4_and_never_hides_strict(self) -> None:
+        """Inputs that do not fit: 4; with a fallback under --strict, 1 wins."""
+        unsure = InferenceCheck("inconclusive", "Pad refused x", culprits=("x",))
+        kept = fake_facts(cuda_session(0), inference=unsure)
+        moved = fake_facts(cpu_session(), inference=unsure)
+
+        assert (verdict(kept), exit_code(kept, strict=True)) == ("inconclusive", 4)
+        assert (verdict(moved), exit_code(moved, strict=False)) == ("inconclusive", 4)
+        assert exit_code(moved, strict=True) == 1
+        assert render_json(moved, diagnose(moved), strict=True)["fell_back"] is True
+
+    def test_inconclusive_headline_gives_the_device_answer_too(self) -> None:
+        """The verdict line says where the tensors go and which input did not fit."""
+        unsure = InferenceCheck("inconclusive", "Pad refused x", culprits=("x",))
+        facts = fake_facts(cpu_session(), inference=unsure)
+
+        assert headline(facts).startswith("INCONCLUSIVE: 'cuda' -> 'cpu'. The model asks for")
+        assert headline(facts).endswith("with the inputs the doctor tried (input 'x').")
+        assert "--strict: the device had to be changed" in render_text(
+            facts, diagnose(facts), strict=True
+        )
+
+    def test_a_failure_on_the_device_wins_over_everything(self) -> None:
+        """3 beats 1, 2 and 4 when several models are checked."""
+        assert worst([0, 4, 2, 1, 3]) == 3
+        assert worst([0, 4, 2, 1]) == 1
+        assert worst([0, 4, 2]) == 2
+        assert worst([0, 4]) == 4
+        assert EXIT_PRECEDENCE == (3, 1, 2, 4, 0)
+
+
+class TestAdvice:
+    def test_no_circular_advice_on_the_cpu(self) -> None:
+        """A failure on device cpu does not advise asking for device 'cpu'."""
+        failed = InferenceCheck("failed", "run raised Fail: unsupported op")
+        facts = fake_facts(
+            cpu_session(), device="cpu", available=(CPU,), torch_gpu_build=None, inference=failed
+        )
+
+        text = render_text(facts, diagnose(facts), strict=False)
+
+        assert "ask for device 'cpu'" not in text
+        assert "fix the causes above" not in text
+
+    def test_inconclusive_advice_names_the_input_and_the_options(self) -> None:
+        """The fix names the input and shows --input, --dim and --no-inference."""
+        unsure = InferenceCheck(
+            "inconclusive", "refused", culprits=("sr",), suggestion=("--no-inference",)
+        )
+        finding = only(fake_facts(cuda_session(0), inference=unsure), "inference-inconclusive")
+
+        assert "Give 'sr' a shape and value" in finding.fix
+        assert "`--input sr=:16000`" in finding.fix
+        assert "`--no-inference`" in finding.fix
+        assert "says nothing against the device" in finding.problem
+
+    def test_no_inference_is_not_a_finding(self) -> None:
+        """--no-inference was asked for: no note about a skipped inference."""
+        skipped = InferenceCheck("skipped", "not run (--no-inference)")
+
+        assert kinds(fake_facts(cuda_session(0), inference=skipped)) == []
+
+
+class TestMessages:
+    def test_each_message_once_and_unrelated_ones_counted(self) -> None:
+        """Repeats (also with another log prefix) and the run's own error are dropped."""
+        error = "Non-zero status code returned while running Pad node"
+        kept, omitted = clean_messages(
+            [
+                CUDA_LOAD_FAILURE,
+                CUDA_LOAD_FAILURE,
+                "[W:onnxruntime:, graph.cc:1 Clean] Removing initializer 'w'. It is not used.",
+                "[W:onnxruntime:, graph.cc:2 Clean] Removing initializer 'v'. It is not used.",
+                f"[E:onnxruntime:, sequential_executor.cc:9 Execute] {error}",
+            ],
+            known=[f"run raised Fail: {error}"],
+        )
+
+        assert kept == [CUDA_LOAD_FAILURE]
+        assert omitted == 2
+
+    def test_the_report_counts_what_it_left_out(self) -> None:
+        """The text says how many messages were not about providers or devices."""
+        facts = replace(fake_facts(cpu_session(), messages=[CUDA_LOAD_FAILURE]), omitted_messages=3)
+
+        assert "  (and 3 more not about providers, devices or a failure)" in render_text(
+            facts, (), strict=False
+        )
+        assert render_json(facts, (), strict=False)["onnxruntime_messages_omitted"] == 3
+
 
 class TestTextReport:
     def test_fact_columns_line_up(self) -> None:
@@ -593,7 +685,9 @@ class TestModelFile:
 
         monkeypatch.setattr(Path, "open", refuse)
 
-        with pytest.raises(ModelInputError, match=r"cannot read model file .*: Permission denied"):
+        with pytest.raises(
+            ModelInputError, match=r"cannot read '.*locked\.onnx': permission denied"
+        ):
             check_model_file(model)
 
 
@@ -708,10 +802,19 @@ class FakeBinding:
 class FakeGPUSession(FakeSession):
     """A CUDA session that records its IO binding, and can fail like a CPU-only one."""
 
-    def __init__(self, error: Exception | None = None) -> None:
+    def __init__(self, error: Exception | None = None, host_error: Exception | None = None) -> None:
         super().__init__([CUDA, CPU], {CUDA: {"device_id": "0"}})
         self.binding = FakeBinding()
         self.error = error
+        self.host_error = host_error
+        self.host_runs = 0
+
+    def run(self, outputs: object, feeds: dict[str, Any]) -> list[Any]:
+        """``InferenceSession.run`` from host (NumPy) arrays."""
+        self.host_runs += 1
+        if self.host_error is not None:
+            raise self.host_error
+        return []
 
     def get_inputs(self) -> list[InputArg]:
         return [InputArg("x", ["batch", 4], "tensor(float)"), InputArg("n", [], "tensor(int64)")]
@@ -733,11 +836,11 @@ def inputs_on_cpu(monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
     """Make the doctor's CUDA inputs on CPU, so the IO-binding path runs without a GPU."""
     made: list[torch.Tensor] = []
 
-    def make_inputs(specs: Any, device: torch.device) -> list[torch.Tensor]:
-        made.extend(torch.zeros(spec.shape, dtype=spec.dtype) for spec in specs)
-        return made
+    def make_tensors(specs: Any, device: torch.device) -> list[torch.Tensor]:
+        made[:] = [torch.full(spec.shape, spec.value, dtype=spec.dtype) for spec in specs]
+        return list(made)
 
-    monkeypatch.setattr("onnx_device_guard._probe.make_inputs", make_inputs)
+    monkeypatch.setattr("onnx_device_guard._doctor.probe.make_tensors", make_tensors)
     return made
 
 
@@ -746,7 +849,9 @@ class TestInference:
         """The tiny model runs on CPU through session.run, dynamic batch set to 1."""
         check = run_inference(real_cpu_session, torch.device("cpu"))
 
-        assert check == InferenceCheck("ok", "InferenceSession.run on cpu with x float32[1,4]")
+        assert check == InferenceCheck(
+            "ok", "InferenceSession.run on cpu with x float32[1,4]", attempts=1
+        )
 
     def test_cuda_goes_through_io_binding(self, inputs_on_cpu: list[torch.Tensor]) -> None:
         """A CUDA device binds the tensors in place, outputs on the same GPU, then runs."""
@@ -756,7 +861,7 @@ class TestInference:
 
         x, n = inputs_on_cpu
         assert check.status == "ok"
-        assert check.detail == "run_with_iobinding on cuda:0 with x float32[1,4], n int64[]"
+        assert check.detail == "run_with_iobinding on cuda:0 with x float32[1,4], n int64[]=1"
         assert session.binding.calls == [
             (
                 "bind_input",
@@ -795,6 +900,30 @@ class TestInference:
         assert check.detail.endswith(
             "raised RuntimeError: no data transfer registered from CUDA to CPU"
         )
+
+    def test_operator_errors_on_the_gpu_are_inconclusive(
+        self, inputs_on_cpu: list[torch.Tensor]
+    ) -> None:
+        """Refused by the model both from CUDA tensors and from host arrays: the inputs."""
+        refused = RuntimeError("Non-zero status code returned while running Pad node")
+        session = FakeGPUSession(refused, host_error=refused)
+
+        check = run_inference(session, torch.device("cuda:0"))
+
+        assert check.status == "inconclusive"
+        assert session.host_runs == check.attempts > 1
+
+    def test_a_run_that_works_from_host_arrays_is_a_device_failure(
+        self, inputs_on_cpu: list[torch.Tensor]
+    ) -> None:
+        """Bound CUDA tensors fail where host arrays run: the device is at fault, exit 3."""
+        session = FakeGPUSession(RuntimeError("Non-zero status code returned by node Gemm"))
+
+        check = run_inference(session, torch.device("cuda:0"))
+
+        assert check.status == "failed"
+        assert "through InferenceSession.run completed" in check.detail
+        assert session.host_runs == 1
 
     @needs_cpu_only_torch
     def test_cuda_tensors_without_cuda_fail_cleanly(self, real_cpu_session: Any) -> None:

@@ -1,24 +1,19 @@
-"""What `onnx-device-guard doctor` found: the facts, what they mean, and the report.
+"""What the doctor's facts mean: the causes with their fixes, the verdict, the exit status.
 
-Everything here is a pure function of a `Facts` record, so each cause
-the doctor can name is testable with made-up environments. Gathering the facts
-from the live machine is `_probe`'s job; parsing the
-command line and choosing the exit status is `_cli`'s.
+Everything here is a pure function of a `Facts` record, so each cause the
+doctor can name is testable with made-up environments. Gathering the facts
+from the live machine is `probe`'s job; writing the report is `render`'s.
 """
 
 from __future__ import annotations
 
-import re
-import textwrap
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
-from ._alignment import Mismatch
-from ._devices import cuda_index
-from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, first_gpu_provider
+from .._devices import cuda_index
+from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, first_gpu_provider
+from .facts import Facts, ModelError, Verdict, one_line
 
 CUDA_REQUIREMENTS_URL = (
     "https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements"
@@ -48,12 +43,6 @@ _REQUIREMENTS_URL: Mapping[str, str] = {
     "MIGraphXExecutionProvider": f"{_EP_DOCS}MIGraphX-ExecutionProvider.html",
 }
 
-InferenceStatus = Literal["ok", "failed", "skipped"]
-"""How the test inference went: completed, raised, or could not be attempted."""
-
-Verdict = Literal["ok", "fallback", "failed"]
-"""The doctor's conclusion, as the first word of the report's verdict line says."""
-
 FindingKind = Literal[
     "several-distributions",
     "provider-not-in-build",
@@ -65,84 +54,10 @@ FindingKind = Literal[
     "torch-device-index",
     "device-not-checked",
     "inference-failed",
+    "inference-inconclusive",
     "inference-skipped",
 ]
 """The causes and notes the doctor can report, as `Finding.kind` names them."""
-
-
-@dataclass(frozen=True)
-class InstalledDistribution:
-    """An installed distribution whose name starts with `onnxruntime` (or `ort-nightly`).
-
-    `provides_module` tells whether it installs the `onnxruntime` module
-    itself (`onnxruntime`, `onnxruntime-gpu`, `onnxruntime-directml`...)
-    rather than an add-on (`onnxruntime-extensions`, `onnxruntime-genai`).
-    """
-
-    name: str
-    version: str
-    provides_module: bool = True
-
-    def __str__(self) -> str:
-        return f"{self.name} {self.version}"
-
-
-@dataclass(frozen=True)
-class InferenceCheck:
-    """The outcome of the doctor's one test inference, and what it ran or why it failed."""
-
-    status: InferenceStatus
-    detail: str
-
-
-@dataclass(frozen=True)
-class Facts:
-    """Everything the doctor learned about the machine, the session and the device.
-
-    The diagnosis and both renderings are computed from this record alone.
-    """
-
-    model: str
-    """The model file, or a description of the packaged tiny model."""
-    onnx_device_guard_version: str
-    python: str
-    """Python's version and the platform, as one short string."""
-    torch_version: str
-    torch_gpu_build: str | None
-    """`"CUDA 12.4"` or `"ROCm 6.2"` for a GPU build of torch, `None` for a CPU-only one."""
-    torch_cuda_device_count: int
-    """How many CUDA devices torch sees (0 where it sees none)."""
-    onnxruntime_version: str
-    installed_distributions: tuple[InstalledDistribution, ...]
-    available_providers: tuple[str, ...]
-    """`onnxruntime.get_available_providers()`: the providers in this build."""
-    requested_providers: tuple[str, ...]
-    session_providers: tuple[str, ...]
-    """`session.get_providers()`: the providers the session really runs."""
-    requested_device: torch.device
-    aligned_device: torch.device
-    """What `align_device_with_onnx_session` chose."""
-    inference: InferenceCheck
-    mismatch: Mismatch | None = None
-    """The core's explanation, when the aligned device differs from the requested one."""
-    requested_provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    session_provider_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    onnxruntime_messages: tuple[str, ...] = ()
-    """What onnxruntime warned, printed or logged while creating the session."""
-    session_retry: str | None = None
-    """onnxruntime's error when the first try to create the session failed and it retried."""
-    torch_messages: tuple[str, ...] = ()
-    """What torch warned while looking for CUDA devices."""
-
-    @property
-    def fell_back(self) -> bool:
-        """Whether the device had to be changed for the session to read it."""
-        return self.aligned_device != self.requested_device
-
-    @property
-    def module_owners(self) -> tuple[InstalledDistribution, ...]:
-        """The installed distributions that provide the `onnxruntime` module."""
-        return tuple(dist for dist in self.installed_distributions if dist.provides_module)
 
 
 @dataclass(frozen=True)
@@ -187,139 +102,112 @@ def diagnose(facts: Facts) -> tuple[Finding, ...]:
     )
 
 
+EXIT_OK = 0
+"""The session reads the requested device, or the device changed and `--strict` is off."""
+EXIT_STRICT = 1
+"""`--strict` was given and the device had to change."""
+EXIT_BAD_INPUT = 2
+"""Bad input: a model or option the doctor cannot use, or a report it cannot write."""
+EXIT_FAILED = 3
+"""The test inference failed on the device."""
+EXIT_INCONCLUSIVE = 4
+"""The test inference could not run with the inputs tried; the device answer stands."""
+
+EXIT_PRECEDENCE = (EXIT_FAILED, EXIT_STRICT, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_OK)
+"""Exit statuses from the most to the least severe; several models give the first that applies.
+
+An input problem (2 or 4) never hides `--strict`'s 1, and a failure on the
+device (3) is never hidden by anything.
+"""
+
+
 def verdict(facts: Facts) -> Verdict:
-    """Return `"failed"` if the test inference raised, else `"fallback"` or `"ok"`."""
+    """Return the model's verdict: `failed`, `inconclusive`, `fallback` or `ok`, in that order.
+
+    `failed`: the test inference failed on the device. `inconclusive`: it
+    could not run with the inputs tried (the device answer, `fell_back`,
+    still holds). `fallback`: the device had to change. `ok`: none of these.
+    """
     if facts.inference.status == "failed":
         return "failed"
+    if facts.inference.status == "inconclusive":
+        return "inconclusive"
     return "fallback" if facts.fell_back else "ok"
 
 
 def exit_code(facts: Facts, *, strict: bool) -> int:
-    """Return the command's exit status for `facts` (2, bad input, is the CLI's own).
+    """Return the command's exit status for `facts`.
 
-    0: the session reads the requested device, or the device was changed and
-    `strict` is off; 1: `strict` and the device was changed; 3: the test
-    inference did not complete.
+    3 when the inference failed on the device; else 1 when `strict` and the
+    device had to change; else 4 when the inference was inconclusive; else 0.
+    So `--strict`'s 1 is never hidden by an input problem.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.diagnosis import EXIT_PRECEDENCE
+        >>> EXIT_PRECEDENCE
+        (3, 1, 2, 4, 0)
     """
-    if verdict(facts) == "failed":
-        return 3
-    return 1 if strict and facts.fell_back else 0
+    if facts.inference.status == "failed":
+        return EXIT_FAILED
+    if strict and facts.fell_back:
+        return EXIT_STRICT
+    if facts.inference.status == "inconclusive":
+        return EXIT_INCONCLUSIVE
+    return EXIT_OK
+
+
+def worst(statuses: Iterable[int]) -> int:
+    """Return the most severe of `statuses` by `EXIT_PRECEDENCE` (0 for none).
+
+    Examples:
+        >>> from onnx_device_guard._doctor.diagnosis import worst
+        >>> worst([0, 4, 1, 2])
+        1
+        >>> worst([])
+        0
+    """
+    found = set(statuses)
+    return next((status for status in EXIT_PRECEDENCE if status in found), EXIT_OK)
+
+
+def status_of(result: Facts | ModelError, *, strict: bool) -> int:
+    """The exit status one model contributes: `exit_code`, or 2 for a model that is bad input."""
+    return EXIT_BAD_INPUT if isinstance(result, ModelError) else exit_code(result, strict=strict)
 
 
 def headline(facts: Facts) -> str:
-    """Return the verdict line: `OK: ...`, `FALLBACK: ...` or `FAILED: ...`."""
+    """Return the verdict line: `OK: ...`, `FALLBACK: ...`, `INCONCLUSIVE: ...` or `FAILED: ...`."""
     requested, aligned = str(facts.requested_device), str(facts.aligned_device)
     result = verdict(facts)
     if result == "failed":
         moved = f" (moved there from {requested!r})" if facts.fell_back else ""
         return f"FAILED: the test inference on {aligned!r}{moved} did not complete."
+    device_answer = _device_answer(facts)
+    if result == "inconclusive":
+        named = ", ".join(map(repr, facts.inference.culprits))
+        about = (
+            f" (input {named})"
+            if len(facts.inference.culprits) == 1
+            else (f" (inputs {named})" if named else "")
+        )
+        return (
+            f"INCONCLUSIVE: {device_answer} But the test inference could not run with the "
+            f"inputs the doctor tried{about}."
+        )
     if result == "fallback":
+        return f"FALLBACK: {device_answer}"
+    return f"OK: {device_answer}"
+
+
+def _device_answer(facts: Facts) -> str:
+    requested, aligned = str(facts.requested_device), str(facts.aligned_device)
+    if facts.fell_back:
         why = facts.mismatch.problem if facts.mismatch is not None else ""
-        return f"FALLBACK: {requested!r} -> {aligned!r}. {why}".rstrip()
+        return f"{requested!r} -> {aligned!r}. {why}".rstrip()
     provider = first_gpu_provider(facts.session_providers)
     if facts.aligned_device.type == "cuda" and provider is not None:
-        return f"OK: the session runs {provider} and reads tensors on {aligned!r}."
-    return f"OK: the session reads tensors on {aligned!r}."
-
-
-def render_text(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) -> str:
-    """Return the report a person reads: aligned facts, the verdict, numbered fixes."""
-    torch_line = facts.torch_version + (
-        f" ({facts.torch_gpu_build})" if facts.torch_gpu_build else " (CPU-only build)"
-    )
-    torch_line += f", CUDA devices visible: {facts.torch_cuda_device_count}"
-    owners = facts.module_owners
-    installed = ", ".join(
-        str(dist) if dist.provides_module else f"{dist} (add-on)"
-        for dist in facts.installed_distributions
-    )
-    if len(owners) > 1:
-        installed += "  <- more than one onnxruntime"
-    dropped = set(facts.requested_providers) - set(facts.session_providers)
-    rows = [
-        ("model", facts.model),
-        ("onnx-device-guard", f"{facts.onnx_device_guard_version}, Python {facts.python}"),
-        ("torch", torch_line),
-        ("onnxruntime", facts.onnxruntime_version),
-        ("installed", installed or "(pip lists no onnxruntime distribution)"),
-        ("available providers", ", ".join(facts.available_providers)),
-        (
-            "requested providers",
-            _providers_line(
-                facts.requested_providers, facts.requested_provider_options, "=", dropped
-            ),
-        ),
-        (
-            "session providers",
-            _providers_line(facts.session_providers, facts.session_provider_options, " ", set()),
-        ),
-        ("requested device", str(facts.requested_device)),
-        ("aligned device", str(facts.aligned_device)),
-        ("inference", f"{facts.inference.status}: {facts.inference.detail}"),
-    ]
-    width = max(len(label) for label, _ in rows) + 2
-    lines = [_wrap(value, indent=2 + width, first=f"  {label:<{width}}") for label, value in rows]
-    messages = facts.onnxruntime_messages + facts.torch_messages
-    if messages:
-        lines += ["", "What onnxruntime and torch said:"]
-        lines += [_wrap(one_line(message), indent=4, first="  - ") for message in messages]
-    lines += ["", _wrap(headline(facts), indent=0)]
-    if strict and facts.fell_back and verdict(facts) == "fallback":
-        lines.append("--strict: the device had to be changed, so the exit status is 1.")
-    if findings:
-        lines += [
-            "",
-            "Diagnosis:" if verdict(facts) != "ok" else "Notes (the device needs no change):",
-        ]
-        for number, finding in enumerate(findings, start=1):
-            lines.append(_wrap(finding.problem, indent=5, first=f"  {number}. "))
-            lines.append(_wrap(f"Fix: {finding.fix}", indent=5, first="     "))
-            if finding.help_url:
-                lines.append(f"     See: {finding.help_url}")
-    return "\n".join(lines)
-
-
-def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) -> dict[str, object]:
-    """Return the report as one JSON-ready object with the same facts as the text."""
-    return {
-        "verdict": verdict(facts),
-        "summary": headline(facts),
-        "exit_code": exit_code(facts, strict=strict),
-        "model": facts.model,
-        "onnx_device_guard_version": facts.onnx_device_guard_version,
-        "python": facts.python,
-        "torch_version": facts.torch_version,
-        "torch_gpu_build": facts.torch_gpu_build,
-        "torch_cuda_device_count": facts.torch_cuda_device_count,
-        "onnxruntime_version": facts.onnxruntime_version,
-        "installed_distributions": [
-            {"name": dist.name, "version": dist.version, "provides_module": dist.provides_module}
-            for dist in facts.installed_distributions
-        ],
-        "available_providers": list(facts.available_providers),
-        "requested_providers": list(facts.requested_providers),
-        "requested_provider_options": _plain(facts.requested_provider_options),
-        "session_providers": list(facts.session_providers),
-        "session_provider_options": _plain(facts.session_provider_options),
-        "requested_device": str(facts.requested_device),
-        "aligned_device": str(facts.aligned_device),
-        "fell_back": facts.fell_back,
-        "inference_ok": facts.inference.status == "ok",
-        "inference": {"status": facts.inference.status, "detail": facts.inference.detail},
-        "diagnosis": [str(finding) for finding in findings],
-        "findings": [
-            {
-                "kind": finding.kind,
-                "problem": finding.problem,
-                "fix": finding.fix,
-                "help_url": finding.help_url,
-            }
-            for finding in findings
-        ],
-        "onnxruntime_messages": list(facts.onnxruntime_messages),
-        "session_retry": facts.session_retry,
-        "torch_messages": list(facts.torch_messages),
-    }
+        return f"the session runs {provider} and reads tensors on {aligned!r}."
+    return f"the session reads tensors on {aligned!r}."
 
 
 # The causes, one group at a time.
@@ -547,84 +435,65 @@ def _torch_findings(facts: Facts) -> list[Finding]:
 
 def _inference_findings(facts: Facts) -> list[Finding]:
     check = facts.inference
+    aligned = str(facts.aligned_device)
     if check.status == "failed":
+        if facts.aligned_device.type == "cuda":
+            fix = (
+                f"The session cannot run on {aligned!r}: fix the causes above (if any), "
+                "or ask for device 'cpu'."
+            )
+        else:
+            fix = (
+                f"onnxruntime cannot run this model on {aligned!r} with its own provider; "
+                "its error above says why."
+            )
         return [
             Finding(
                 "inference-failed",
                 problem=f"The test inference did not complete: {check.detail}",
-                fix=(
-                    "If the error is about shapes or values, the model needs inputs the "
-                    "doctor cannot guess (it feeds zeros, with every dynamic dimension set to "
-                    "1), and the device check above still holds. Otherwise the session "
-                    f"cannot run on {str(facts.aligned_device)!r}: fix the causes above, or "
-                    "ask for device 'cpu'."
-                ),
+                fix=fix,
             )
         ]
-    if check.status == "skipped":
+    if check.status == "inconclusive":
+        if check.suggestion[:1] == ("--max-input-mib",):
+            fix = (
+                f"Allow the inputs with `{' '.join(check.suggestion)}`, give smaller ones "
+                "with --input or --dim, or check the device alone with `--no-inference`."
+            )
+        else:
+            named = ", ".join(map(repr, check.culprits)) or "the inputs"
+            options = " or ".join(f"`{hint}`" for hint in check.hints) or (
+                "`--input NAME=SHAPE[:VALUE]` or `--dim NAME=N`"
+            )
+            fix = (
+                f"Give {named} a shape and value the model accepts: {options}, with the "
+                "capitals filled in (as in `--input x=1x3x224x224` or `--input sr=:16000`); "
+                "or check the device alone with `--no-inference`."
+            )
+        return [
+            Finding(
+                "inference-inconclusive",
+                problem=(
+                    f"The test inference was inconclusive: {check.detail}. This says nothing "
+                    f"against the device: the session reads tensors on {aligned!r}."
+                ),
+                fix=fix,
+            )
+        ]
+    if check.status == "skipped" and check.detail != "not run (--no-inference)":
         return [
             Finding(
                 "inference-skipped",
                 problem=f"The test inference was skipped: {check.detail}",
                 fix=(
-                    "Run one inference of your own on "
-                    f"{str(facts.aligned_device)!r} to confirm the session works there."
+                    f"Run one inference of your own on {aligned!r} to confirm the session "
+                    "works there."
                 ),
             )
         ]
     return []
 
 
-# Rendering helpers.
-
-
 def _build(facts: Facts) -> str:
     owners = facts.module_owners
     return ", ".join(map(str, owners)) if owners else f"onnxruntime {facts.onnxruntime_version}"
-
-
-def _providers_line(
-    providers: tuple[str, ...],
-    options: Mapping[str, Mapping[str, str]],
-    separator: str,
-    dropped: set[str],
-) -> str:
-    parts = []
-    for name in providers:
-        text = name
-        device_id = options.get(name, {}).get("device_id")
-        if separator == "=":
-            shown = ",".join(f"{key}={value}" for key, value in options.get(name, {}).items())
-            text += f" ({shown})" if shown else ""
-        elif device_id is not None:
-            text += f" (device_id {device_id})"
-        if name in dropped:
-            text += " [dropped]"
-        parts.append(text)
-    return ", ".join(parts)
-
-
-def _plain(options: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
-    return {name: dict(values) for name, values in options.items()}
-
-
-def one_line(value: object, limit: int = 400) -> str:
-    """`str(value)` on one line, cut to `limit` characters with an ellipsis."""
-    flat = " ".join(str(value).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def _wrap(text: str, *, indent: int, first: str = "", width: int = 88) -> str:
-    """Fill `text`, never breaking a `command` in backticks (textwrap keeps U+00A0)."""
-    if not text.strip():
-        return first.rstrip()
-    text = re.sub(r"`[^`]+`", lambda span: span.group().replace(" ", "\u00a0"), text)
-    filled = textwrap.fill(
-        text,
-        width=max(width, indent + 40),
-        initial_indent=first,
-        subsequent_indent=" " * indent,
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-    return filled.replace("\u00a0", " ")

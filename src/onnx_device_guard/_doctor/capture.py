@@ -1,0 +1,146 @@
+"""What onnxruntime says while the doctor works: captured, cleaned, deduplicated.
+
+onnxruntime warns about unavailable providers, prints a banner when it
+retries a failed session, and its C++ log (why a CUDA library did not load,
+graph-optimiser notes) goes straight to the process's stderr. The doctor
+keeps all of it out of the terminal, then reports each message once, and
+only those about providers, devices or the failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from .facts import one_line, tidy_error
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?\s+")
+_RELEVANT = re.compile(
+    r"(?i)provider|\bEP\b|cuda|cudnn|cublas|tensorrt|rocm|migraphx|directml|\bdml\b|gpu|"
+    r"device|driver|failed|failure|error|cannot|could not|unable|fall(?:ing)? ?back|"
+    r"shared object|\.so\b|\.dll\b|library"
+)
+# onnxruntime's log prefixes a source location ("[W:onnxruntime:, graph.cc:42 Fn]") that
+# differs between otherwise equal messages; duplicates are found without it.
+_LOG_PREFIX = re.compile(r"^\[[EWIV]:onnxruntime:[^\]]*\]\s*")
+
+
+@dataclass
+class Captured:
+    """What was said while `captured_output` was in force."""
+
+    stdout: str = ""
+    stderr: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    def messages(self) -> tuple[str, ...]:
+        """Return the warnings, printed lines and native log lines, one line each."""
+        messages = [one_line(text, 500) for text in self.warnings]
+        for line in self.stdout.splitlines():
+            if line.strip("* \t") not in ("", "EP Error"):  # not the banner of a retry
+                messages.append(line.strip())
+        for line in self.stderr.splitlines():
+            # onnxruntime's native log colours its lines and stamps them with the time.
+            line = _TIMESTAMP.sub("", _ANSI.sub("", line)).strip()
+            if line:
+                messages.append(line)
+        return tuple(messages)
+
+    def retry(self) -> str | None:
+        """Return the error onnxruntime printed when it retried with its fallback providers."""
+        for line in self.stdout.splitlines():
+            if line.startswith("EP Error"):
+                return line.removeprefix("EP Error").lstrip(": ").strip()
+        return None
+
+
+def clean_messages(messages: Iterable[str], *, known: Iterable[str] = ()) -> tuple[list[str], int]:
+    """Keep each message about providers, devices or a failure once; count the others.
+
+    Messages already said elsewhere in the report (`known`, such as the
+    inference's own error) are dropped as duplicates and not counted.
+
+    Returns:
+        The messages kept, in order, and how many were left out as unrelated.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.capture import clean_messages
+        >>> clean_messages([
+        ...     "Specified provider 'CUDAExecutionProvider' is not in available provider names.",
+        ...     "Specified provider 'CUDAExecutionProvider' is not in available provider names.",
+        ...     "[W:onnxruntime:, graph.cc:1 f] Removing initializer 'w'. It is not used.",
+        ... ])
+        (["Specified provider 'CUDAExecutionProvider' is not in available provider names."], 1)
+    """
+    known_keys = [_key(text) for text in known]
+    said = set(known_keys)
+    kept: list[str] = []
+    unrelated = 0
+    for message in messages:
+        key = _key(message)
+        if not key or key in said or any(key[:80] in other for other in known_keys):
+            continue
+        said.add(key)
+        if _RELEVANT.search(key):
+            kept.append(message)
+        else:
+            unrelated += 1
+    return kept, unrelated
+
+
+def _key(message: str) -> str:
+    """The message without its log prefix, C++ locations and numbers (which vary by attempt)."""
+    text = tidy_error(_LOG_PREFIX.sub("", message))
+    return re.sub(r"\d+", "#", " ".join(text.split()))
+
+
+@contextlib.contextmanager
+def captured_output() -> Iterator[Captured]:
+    """Capture warnings, `print` output and native writes to file descriptor 2.
+
+    `warnings.catch_warnings` swaps process-wide state: this is for the
+    command line, which runs in one thread.
+    """
+    captured = Captured()
+    printed = io.StringIO()
+    native: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with contextlib.redirect_stdout(printed), _native_stderr(native):
+                yield captured
+        finally:
+            captured.stdout = printed.getvalue()
+            captured.stderr = "".join(native)
+            captured.warnings = [one_line(warning.message, 2000) for warning in caught]
+
+
+@contextlib.contextmanager
+def _native_stderr(sink: list[str]) -> Iterator[None]:
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no usable fd 2: capture nothing
+        yield
+        return
+    with tempfile.TemporaryFile() as temporary:
+        os.dup2(temporary.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                if sys.stderr is not None:
+                    sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            temporary.seek(0)
+            sink.append(temporary.read().decode(errors="replace"))

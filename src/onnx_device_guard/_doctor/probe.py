@@ -1,0 +1,612 @@
+"""Probing the live machine for `doctor`: torch, onnxruntime, each model's session and run.
+
+`environment` collects the facts about the machine once; `check_model`
+creates one model's session, aligns the device through the core, runs the
+test inference (searching for inputs that fit) and returns a `Facts`
+record. onnxruntime is imported here, inside the functions, never when
+`onnx_device_guard` itself is imported. Bad input (a model file that is not
+there, an unknown provider, no onnxruntime) raises `ModelInputError` with a
+one-line message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import platform
+import re
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._alignment import Mismatch, align_device_with_onnx_session, find_mismatch
+from .._devices import cuda_index
+from .._errors import ModelInputError
+from .._policy import device_policy
+from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
+from .capture import Captured, captured_output, clean_messages
+from .facts import (
+    Environment,
+    Facts,
+    InferenceCheck,
+    InstalledDistribution,
+    one_line,
+    tidy_error,
+)
+from .files import check_model_file, display_path, model_source
+from .inputs import (
+    DEFAULT_MAX_INPUT_MIB,
+    SEARCH_SECONDS,
+    InputOverride,
+    InputSpec,
+    ModelInput,
+    UnbuildableInputError,
+    attempts,
+    check_overrides,
+    declared_inputs,
+    hint_for,
+    make_tensors,
+    mentioned_inputs,
+    named_by_a_person,
+    total_bytes,
+    value_dependent,
+)
+
+TINY_MODEL = "packaged tiny model (y = x + 1)"
+"""How the report names the model used when none is given."""
+
+ProviderSpec = tuple[str, Mapping[str, str]]
+"""A provider name and the options to create it with (empty for the defaults)."""
+
+MIB = 2**20
+
+# Short names people type for providers, beyond "cuda" for CUDAExecutionProvider.
+_ALIASES: Mapping[str, str] = {
+    "gpu": "CUDAExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+    "directml": "DmlExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+}
+
+# Add-ons that share the "onnxruntime" prefix but not the onnxruntime module.
+_ADD_ON_PREFIXES = (
+    "onnxruntime-extensions",
+    "onnxruntime-genai",
+    "onnxruntime-tools",
+    "onnxruntime-ep-",
+)
+
+# Words in an inference error that put the blame on the device rather than the inputs.
+_DEVICE_ERROR = re.compile(
+    r"(?i)data transfer|cuda|cudnn|cublas|cufft|curand|hip\b|rocm|miopen|tensorrt|"
+    r"device|memcpy|provider|\bEP\b|iobinding|io binding|bind"
+)
+
+
+@dataclass(frozen=True)
+class InferenceOptions:
+    """How to run the test inference: `--input`, `--dim`, the size cap, `--no-inference`."""
+
+    overrides: Mapping[str, InputOverride] = field(default_factory=dict)
+    dims: Mapping[str, int] = field(default_factory=dict)
+    max_bytes: int = DEFAULT_MAX_INPUT_MIB * MIB
+    run: bool = True
+
+
+def environment() -> tuple[Environment, Any]:
+    """Probe Python, torch and onnxruntime once; return the facts and the onnxruntime module.
+
+    Raises:
+        ModelInputError: onnxruntime is not installed or cannot be imported.
+    """
+    from .. import __version__
+
+    with captured_output() as on_import:
+        ort = import_onnxruntime()
+    gpu_build, device_count, torch_messages = torch_cuda_facts()
+    return (
+        Environment(
+            onnx_device_guard_version=__version__,
+            python=f"{platform.python_version()} on {platform.system()} {platform.machine()}",
+            torch_version=str(torch.__version__),
+            torch_gpu_build=gpu_build,
+            torch_cuda_device_count=device_count,
+            onnxruntime_version=str(getattr(ort, "__version__", "unknown")),
+            installed_distributions=onnxruntime_distributions(),
+            available_providers=tuple(ort.get_available_providers()),
+            torch_messages=torch_messages,
+            import_messages=on_import.messages(),
+        ),
+        ort,
+    )
+
+
+def default_device(env: Environment) -> torch.device:
+    """`cuda` when torch sees a CUDA device, else `cpu`."""
+    return torch.device("cuda" if env.torch_cuda_device_count else "cpu")
+
+
+def check_model(
+    ort: Any,
+    env: Environment,
+    model: Path | None,
+    device: torch.device,
+    providers: Sequence[ProviderSpec],
+    options: InferenceOptions,
+) -> tuple[Facts, tuple[ModelInput, ...]]:
+    """Create `model`'s session, align `device` with it and run the test inference.
+
+    Args:
+        ort: The onnxruntime module.
+        env: The machine's facts, from `environment`.
+        model: The ONNX model file; `None` uses the packaged tiny model.
+        device: The torch device to check.
+        providers: The execution providers to request, in order.
+        options: How to run the test inference.
+
+    Returns:
+        The facts, and the model's inputs as it declares them (empty when
+        they cannot be read).
+
+    Raises:
+        ModelInputError: The model file is missing, unreadable or not an
+            ONNX model, or an `--input` does not fit it.
+    """
+    started = time.perf_counter()
+    source: Path | str | bytes
+    if model is None:
+        source = (files("onnx_device_guard") / "data" / "tiny.onnx").read_bytes()
+        label = TINY_MODEL
+    else:
+        check_model_file(model)
+        source, label = model_source(model), display_path(model)
+    session, on_creation = create_session(ort, source, label, providers)
+    aligned, mismatch = align(session, device)
+    try:
+        inputs = declared_inputs(session)
+    except Exception:  # run_inference says why
+        inputs = ()
+    check_overrides(inputs, options.overrides, label)
+    with captured_output() as on_run:
+        inference = run_inference(session, aligned, options)
+    messages, omitted = clean_messages(
+        [*env.import_messages, *on_creation.messages(), *on_run.messages()],
+        known=[inference.detail],
+    )
+    facts = Facts(
+        model=label,
+        onnx_device_guard_version=env.onnx_device_guard_version,
+        python=env.python,
+        torch_version=env.torch_version,
+        torch_gpu_build=env.torch_gpu_build,
+        torch_cuda_device_count=env.torch_cuda_device_count,
+        onnxruntime_version=env.onnxruntime_version,
+        installed_distributions=env.installed_distributions,
+        available_providers=env.available_providers,
+        requested_providers=tuple(name for name, _ in providers),
+        requested_provider_options={name: dict(opts) for name, opts in providers if opts},
+        session_providers=tuple(session.get_providers()),
+        session_provider_options={
+            str(name): {str(key): str(value) for key, value in values.items()}
+            for name, values in session.get_provider_options().items()
+        },
+        requested_device=device,
+        aligned_device=aligned,
+        mismatch=mismatch,
+        inference=inference,
+        onnxruntime_messages=tuple(messages),
+        omitted_messages=omitted,
+        session_retry=on_creation.retry(),
+        torch_messages=env.torch_messages,
+        seconds=time.perf_counter() - started,
+    )
+    return facts, inputs
+
+
+def align(session: object, device: torch.device) -> tuple[torch.device, Mismatch | None]:
+    """Align `device` with `session` through the library's core, in `"fallback"` mode.
+
+    Returns the aligned device and, when it differs from `device`, the core's
+    explanation of the mismatch. Nothing is logged: the report says it all.
+
+    Examples:
+        >>> import torch
+        >>> from onnx_device_guard._doctor.probe import align
+        >>> class CPUSession:
+        ...     def get_providers(self):
+        ...         return ["CPUExecutionProvider"]
+        >>> aligned, mismatch = align(CPUSession(), torch.device("cuda:0"))
+        >>> aligned, mismatch.session_device
+        (device(type='cpu'), None)
+    """
+    with device_policy(warn=False):
+        aligned = align_device_with_onnx_session(session, device, "fallback", "cpu")
+    return aligned, (find_mismatch(session, device) if aligned != device else None)
+
+
+# The environment.
+
+
+def import_onnxruntime() -> Any:
+    """Import and return onnxruntime, or raise `ModelInputError` saying why not.
+
+    Whatever the import raises (a missing module, a native library that does
+    not load, a broken package raising `RuntimeError`) becomes one line.
+    """
+    try:
+        import onnxruntime
+    except ModuleNotFoundError as error:
+        if error.name != "onnxruntime":
+            raise ModelInputError(
+                f"onnxruntime is installed but cannot be imported: {one_line(error, 500)}."
+            ) from None
+        owners = [dist for dist in onnxruntime_distributions() if dist.provides_module]
+        if owners:
+            listed = ", ".join(map(str, owners))
+            names = " ".join(dist.name for dist in owners)
+            raise ModelInputError(
+                f"the onnxruntime module cannot be imported although pip lists {listed}; "
+                f"reinstall it: pip install --force-reinstall {names}"
+            ) from None
+        raise ModelInputError(
+            "onnxruntime is not installed; install exactly one onnxruntime package: "
+            "pip install onnxruntime (CPU) or pip install onnxruntime-gpu (CUDA)"
+        ) from None
+    except ImportError as error:
+        raise ModelInputError(
+            f"onnxruntime is installed but cannot be imported: {one_line(error, 500)}"
+        ) from None
+    except Exception as error:  # a broken build can raise anything while loading its library
+        raise ModelInputError(
+            f"onnxruntime is installed but importing it raised {type(error).__name__}: "
+            f"{one_line(error, 500)}; reinstall exactly one onnxruntime package"
+        ) from None
+    return onnxruntime
+
+
+def onnxruntime_distributions(
+    distributions: Iterable[metadata.Distribution] | None = None,
+) -> tuple[InstalledDistribution, ...]:
+    """Return the installed distributions named `onnxruntime*` or `ort-nightly*`.
+
+    Names are normalised (`onnxruntime_gpu` is `onnxruntime-gpu`) and
+    sorted; a distribution found twice on the path counts once.
+    """
+    found: dict[str, InstalledDistribution] = {}
+    for dist in metadata.distributions() if distributions is None else distributions:
+        raw = next(iter(dist.metadata.get_all("Name") or []), None)
+        if not isinstance(raw, str):
+            continue  # a broken installation without a name
+        name = re.sub(r"[-_.]+", "-", raw).lower()
+        if name in found or not name.startswith(("onnxruntime", "ort-nightly")):
+            continue
+        found[name] = InstalledDistribution(name, str(dist.version), _provides_module(dist, name))
+    return tuple(sorted(found.values(), key=lambda dist: dist.name))
+
+
+def _provides_module(dist: metadata.Distribution, name: str) -> bool:
+    paths = dist.files
+    if paths:
+        return any(tuple(path.parts) == ("onnxruntime", "__init__.py") for path in paths)
+    top_level = dist.read_text("top_level.txt")
+    if top_level is not None:
+        return "onnxruntime" in top_level.split()
+    return not name.startswith(_ADD_ON_PREFIXES)
+
+
+def torch_cuda_facts() -> tuple[str | None, int, tuple[str, ...]]:
+    """Return torch's GPU build (`"CUDA 12.4"` or `None`), CUDA device count and warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cuda: str | None = torch.version.cuda
+    hip: str | None = getattr(torch.version, "hip", None)
+    build = f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else None
+    return build, count, tuple(one_line(warning.message, 500) for warning in caught)
+
+
+# The providers.
+
+
+def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
+    """Raise `ModelInputError` for a provider name onnxruntime does not know.
+
+    `known` is `onnxruntime.get_all_providers()`; the GPU-capable providers
+    count as known too, since not every build lists them. The message suggests
+    the closest known name.
+
+    Examples:
+        >>> from onnx_device_guard import ModelInputError
+        >>> from onnx_device_guard._doctor.probe import check_provider_names
+        >>> try:
+        ...     check_provider_names(["CUDAExecutonProvider"], ["CUDAExecutionProvider"])
+        ... except ModelInputError as error:
+        ...     print(error.message)
+        unknown execution provider 'CUDAExecutonProvider'; did you mean 'CUDAExecutionProvider'?
+    """
+    every = sorted({*known, *GPU_CAPABLE_EXECUTION_PROVIDERS})
+    for name in names:
+        if name in every:
+            continue
+        suggestion = suggest_provider(name, every)
+        hint = (
+            f"did you mean {suggestion!r}?"
+            if suggestion
+            else f"onnxruntime knows {', '.join(every)}"
+        )
+        raise ModelInputError(f"unknown execution provider {name!r}; {hint}")
+
+
+def suggest_provider(name: str, known: Iterable[str]) -> str | None:
+    """Return the known provider name closest to `name`, or `None` if none is close.
+
+    Case, the `ExecutionProvider` suffix and a few common short names
+    (`cuda`, `gpu`, `trt`, `directml`) are forgiven before spelling.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.probe import suggest_provider
+        >>> known = ["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"]
+        >>> suggest_provider("CUDAExecutonProvider", known)
+        'CUDAExecutionProvider'
+        >>> suggest_provider("cuda", known)
+        'CUDAExecutionProvider'
+        >>> suggest_provider("TensorRTExecutionProvider", known)
+        'TensorrtExecutionProvider'
+        >>> suggest_provider("banana", known) is None
+        True
+    """
+    by_key = {provider.lower(): provider for provider in known}
+    key = name.strip().lower()
+    if key in by_key:
+        return by_key[key]
+    short = {provider.removesuffix("executionprovider"): real for provider, real in by_key.items()}
+    bare = key.removesuffix("executionprovider")
+    if bare in short:
+        return short[bare]
+    if bare in _ALIASES and _ALIASES[bare].lower() in by_key:
+        return _ALIASES[bare]
+    close = difflib.get_close_matches(key, by_key, n=1, cutoff=0.75)
+    return by_key[close[0]] if close else None
+
+
+# The session.
+
+
+def create_session(
+    ort: Any, source: Path | str | bytes, label: str, providers: Sequence[ProviderSpec]
+) -> tuple[Any, Captured]:
+    """Create the session as a program would, keeping what onnxruntime says meanwhile.
+
+    Returns the session and what onnxruntime said while creating it: its
+    warnings, what it printed (the banner of a retry with its fallback
+    providers) and what its native log wrote to stderr. Raises
+    `ModelInputError` if no session can be created at all.
+    """
+    arguments = [(name, dict(options)) if options else name for name, options in providers]
+    model = source if isinstance(source, bytes) else str(source)
+    with captured_output() as captured:
+        try:
+            session = ort.InferenceSession(model, providers=arguments)
+        except Exception as error:
+            failure: Exception | None = error
+        else:
+            failure = None
+    if failure is not None:
+        raise ModelInputError(session_error(label, failure))
+    return session, captured
+
+
+# onnxruntime's errors quote a C++ function signature ("... failed:" comes after it).
+_CPP_NOISE = re.compile(r"^.*?\b(?:Load model from \S+ failed|failed):\s*", re.DOTALL)
+
+
+def session_error(label: str, error: BaseException) -> str:
+    """Say in one line why onnxruntime could not create a session for `label`.
+
+    The reason onnxruntime gives is kept whole (up to a generous cut) and the
+    C++ signature and call location before it are dropped.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.probe import session_error
+        >>> session_error("m.onnx", RuntimeError(
+        ...     "[ONNXRuntimeError] : 1 : FAIL : Load model from m.onnx failed:"
+        ...     "/onnxruntime/core/graph/model.cc:181 onnxruntime::Model::Model(...) "
+        ...     "Unsupported model IR version: 99, max supported IR version: 11"
+        ... ))
+        "onnxruntime cannot create a session for 'm.onnx': Unsupported model IR version: 99, ..."
+    """
+    text = one_line(error, 100_000)
+    reason = _CPP_NOISE.sub("", text, count=1) if "failed:" in text else text
+    reason = one_line(tidy_error(reason), 600)
+    if (
+        type(error).__name__ == "InvalidProtobuf"
+        or "INVALID_PROTOBUF" in text
+        or "No graph was found" in text
+    ):
+        return f"'{label}' is not an ONNX model: onnxruntime cannot parse it ({reason})"
+    return f"onnxruntime cannot create a session for '{label}': {reason}"
+
+
+# The inference.
+
+
+def run_inference(
+    session: Any, device: torch.device, options: InferenceOptions | None = None
+) -> InferenceCheck:
+    """Run the session on `device` with inputs that fit, searching if need be; never raise.
+
+    Each attempt fills the inputs (see `inputs.attempts`) on `device`; a CUDA
+    device goes through IO binding, so that the session reads the tensors
+    where torch put them, as a model would; any other device through
+    `session.run` with the inputs copied to NumPy. The first attempt that
+    completes makes the check `ok`. A failure on the device (creating the
+    tensors, binding them, or a run that completes from NumPy arrays but not
+    from torch's tensors) makes it `failed`; a failure in the model's own
+    operators with every input set tried makes it `inconclusive`.
+    """
+    options = options or InferenceOptions()
+    if not options.run:
+        return InferenceCheck("skipped", "not run (--no-inference)")
+    how = "run_with_iobinding" if device.type == "cuda" else "InferenceSession.run"
+    try:
+        inputs = declared_inputs(session)
+    except UnbuildableInputError as error:
+        return InferenceCheck("skipped", str(error))
+    except Exception as error:
+        return InferenceCheck("failed", f"session.get_inputs() raised {_describe(error)}")
+    started = time.monotonic()
+    tried: list[tuple[InputSpec, ...]] = []
+    last_error = ""
+    for specs in attempts(inputs, options.overrides, options.dims):
+        size = total_bytes(specs)
+        if size > options.max_bytes:
+            if not tried:
+                return _too_large(specs, size, options.max_bytes, inputs)
+            break  # larger sizes only get larger
+        if tried and time.monotonic() - started > SEARCH_SECONDS:
+            break
+        tried.append(specs)
+        shown = _shown(specs)
+        failure = _attempt(session, specs, device)
+        if failure is None:
+            return InferenceCheck("ok", f"{how} on {device} with {shown}", attempts=len(tried))
+        kind, what = failure
+        if kind == "device":
+            return InferenceCheck(
+                "failed", f"{how} on {device} with {shown}: {what}", attempts=len(tried)
+            )
+        last_error = what
+    return _inconclusive(how, device, tried, last_error, inputs)
+
+
+def _attempt(
+    session: Any, specs: Sequence[InputSpec], device: torch.device
+) -> tuple[str, str] | None:
+    """Run once; return None, or ("device" | "input", what went wrong)."""
+    try:
+        tensors = make_tensors(specs, device)
+    except Exception as error:
+        return "device", f"creating the inputs on {device} raised {_describe(error)}"
+    if device.type == "cuda":
+        try:
+            run_bound(session, specs, tensors, cuda_index(device))
+        except Exception as error:
+            if _DEVICE_ERROR.search(one_line(error, 100_000)):
+                return "device", f"raised {_describe(error)}"
+            try:  # the same inputs from host memory: does the model itself refuse them?
+                _run_numpy(session, specs, tensors)
+            except Exception:
+                return "input", f"raised {_describe(error)}"
+            return "device", (
+                f"raised {_describe(error)}; the same inputs as NumPy arrays through "
+                f"InferenceSession.run completed, so the session cannot read torch's tensors "
+                f"on {device}"
+            )
+        return None
+    try:
+        _run_numpy(session, specs, tensors)
+    except Exception as error:
+        return "input", f"raised {_describe(error)}"
+    return None
+
+
+def _run_numpy(session: Any, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
+    session.run(
+        None,
+        {spec.name: tensor.cpu().numpy() for spec, tensor in zip(specs, tensors, strict=True)},
+    )
+
+
+def _too_large(
+    specs: Sequence[InputSpec], size: int, limit: int, inputs: Sequence[ModelInput]
+) -> InferenceCheck:
+    needed = math.ceil(size / MIB)
+    largest = max(specs, key=lambda spec: spec.nbytes)
+    return InferenceCheck(
+        "inconclusive",
+        (
+            f"inputs too large: the smallest inputs the model takes ({_shown(specs)}) need "
+            f"{_mib(size)}, over the {_mib(limit)} limit; nothing was allocated"
+        ),
+        culprits=(largest.name,) if largest.name in {i.name for i in inputs} else (),
+        suggestion=("--max-input-mib", str(needed)),
+    )
+
+
+def _inconclusive(
+    how: str,
+    device: torch.device,
+    tried: Sequence[tuple[InputSpec, ...]],
+    error: str,
+    inputs: Sequence[ModelInput],
+) -> InferenceCheck:
+    culprits = mentioned_inputs(error, inputs) or tuple(
+        model_input.name
+        for model_input in inputs
+        if model_input.dynamic or model_input.name in value_dependent(inputs)
+    )
+    if len(tried) == 1:
+        what = f"the inputs {_shown(tried[0])}"
+    else:
+        what = (
+            f"each of the {len(tried)} input sets tried, from {_shown(tried[0])} "
+            f"to {_shown(tried[-1])}"
+        )
+    by_name = {model_input.name: model_input for model_input in inputs}
+    hints = [hint_for(by_name[name]) for name in culprits if name in by_name]
+    hints += [
+        f"--dim {dim}=N"
+        for name in culprits
+        for dim in dict.fromkeys(by_name[name].dims if name in by_name else ())
+        if isinstance(dim, str) and named_by_a_person(dim)
+    ]
+    return InferenceCheck(
+        "inconclusive",
+        f"the model's own operators refused {what} ({how} on {device}); the last {error}",
+        culprits=culprits,
+        suggestion=("--no-inference",),
+        attempts=len(tried),
+        hints=tuple(hints),
+    )
+
+
+def _shown(specs: Sequence[InputSpec]) -> str:
+    return ", ".join(map(str, specs)) or "no inputs"
+
+
+def _mib(size: int) -> str:
+    return f"{size / MIB:,.1f} MiB" if size < 100 * MIB else f"{size / MIB:,.0f} MiB"
+
+
+def run_bound(
+    session: Any, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor], device_id: int
+) -> None:
+    """Bind `tensors` in place as the session's inputs, outputs on the same GPU, and run."""
+    binding = session.io_binding()
+    for spec, tensor in zip(specs, tensors, strict=True):
+        binding.bind_input(
+            name=spec.name,
+            device_type="cuda",
+            device_id=device_id,
+            element_type=torch.empty(0, dtype=spec.dtype).numpy().dtype.type,
+            shape=tuple(tensor.shape),
+            buffer_ptr=tensor.data_ptr(),
+        )
+    for output in session.get_outputs():
+        binding.bind_output(output.name, device_type="cuda", device_id=device_id)
+    if any(tensor.is_cuda for tensor in tensors):
+        # onnxruntime runs on its own stream: the inputs must be written first.
+        torch.cuda.synchronize(torch.device("cuda", device_id))
+    session.run_with_iobinding(binding)
+    binding.copy_outputs_to_cpu()  # returns once the outputs really exist
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {one_line(tidy_error(one_line(error, 100_000)), 500)}"

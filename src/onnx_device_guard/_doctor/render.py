@@ -1,0 +1,276 @@
+"""The doctor's reports: the text a person reads and the JSON a script reads.
+
+One model gives one report (the machine's facts, the model's, the verdict
+and the numbered diagnosis). Several give the machine's facts once, a
+section per model and a summary table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
+
+from .diagnosis import Finding, diagnose, exit_code, headline, verdict
+from .facts import Environment, Facts, ModelError, one_line
+
+
+def render_text(
+    facts: Facts, findings: tuple[Finding, ...], *, strict: bool, machine: bool = True
+) -> str:
+    """Return the report a person reads: aligned facts, the verdict, numbered fixes.
+
+    `machine=False` leaves out the facts about Python, torch and onnxruntime,
+    for a report that shows them once above several models.
+    """
+    rows = [("model", facts.model), *(_machine_rows(facts) if machine else [])]
+    dropped = set(facts.requested_providers) - set(facts.session_providers)
+    rows += [
+        (
+            "requested providers",
+            _providers_line(
+                facts.requested_providers, facts.requested_provider_options, "=", dropped
+            ),
+        ),
+        (
+            "session providers",
+            _providers_line(facts.session_providers, facts.session_provider_options, " ", set()),
+        ),
+        ("requested device", str(facts.requested_device)),
+        ("aligned device", str(facts.aligned_device)),
+        ("inference", f"{facts.inference.status}: {facts.inference.detail}"),
+        ("seconds", f"{facts.seconds:.2f}"),
+    ]
+    lines = _rows(rows)
+    messages = [*facts.onnxruntime_messages, *facts.torch_messages]
+    if messages or facts.omitted_messages:
+        lines += ["", "What onnxruntime and torch said:"]
+        lines += [_wrap(one_line(message), indent=4, first="  - ") for message in messages]
+        if facts.omitted_messages:
+            more = "more" if messages else "messages"
+            lines.append(
+                f"  (and {facts.omitted_messages} {more} not about providers, devices or a failure)"
+            )
+    lines += ["", _wrap(headline(facts), indent=0)]
+    if strict and facts.fell_back and verdict(facts) != "failed":
+        lines.append("--strict: the device had to be changed, so the exit status is 1.")
+    if facts.inference.suggestion:
+        lines.append(
+            _wrap(
+                "To get a conclusive answer, run again with "
+                f"`{' '.join(facts.inference.suggestion)}` or with inputs that fit (see below).",
+                indent=0,
+            )
+        )
+    if findings:
+        lines += [
+            "",
+            "Diagnosis:" if verdict(facts) != "ok" else "Notes (the device needs no change):",
+        ]
+        for number, finding in enumerate(findings, start=1):
+            lines.append(_wrap(finding.problem, indent=5, first=f"  {number}. "))
+            lines.append(_wrap(f"Fix: {finding.fix}", indent=5, first="     "))
+            if finding.help_url:
+                lines.append(f"     See: {finding.help_url}")
+    return "\n".join(lines)
+
+
+def render_machine(env: Environment) -> str:
+    """Return the facts about Python, torch and onnxruntime, shown once above several models."""
+    return "\n".join(_rows(_machine_rows(env)))
+
+
+def render_error_section(error: ModelError) -> str:
+    """Return the section of a model the doctor could not check."""
+    lines = _rows([("model", error.model), ("seconds", f"{error.seconds:.2f}")])
+    return "\n".join([*lines, "", _wrap(f"ERROR: {error.message}", indent=0)])
+
+
+def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> str:
+    """Return the table that ends a report on several models: one row per model."""
+    header = ("model", "verdict", "device", "inference", "exit", "seconds")
+    table: list[tuple[str, ...]] = [header]
+    folder = _common_folder([result.model for result in results])
+    for result in results:
+        name = result.model[len(folder) :] if folder else result.model
+        if isinstance(result, ModelError):
+            table.append((name, "error", "-", "-", "2", f"{result.seconds:.2f}"))
+            continue
+        device = str(result.requested_device)
+        if result.fell_back:
+            device += f" -> {result.aligned_device}"
+        table.append(
+            (
+                name,
+                verdict(result),
+                device,
+                result.inference.status,
+                str(exit_code(result, strict=strict)),
+                f"{result.seconds:.2f}",
+            )
+        )
+    widths = [max(len(row[column]) for row in table) for column in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in table
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    if folder:
+        lines.insert(0, f"(models under {folder})")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _common_folder(models: Sequence[str]) -> str:
+    """The folder all `models` lie in, with its trailing separator; '' if none or just '/'."""
+    if len(models) < 2 or not all(model.startswith(os.sep) for model in models):
+        return ""
+    folder = os.path.commonpath(models)
+    if folder in models:  # one model's own path: keep its name
+        folder = os.path.dirname(folder)
+    return "" if folder in ("", os.sep) else folder + os.sep
+
+
+def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) -> dict[str, object]:
+    """Return the report as one JSON-ready object with the same facts as the text."""
+    return {
+        "verdict": verdict(facts),
+        "summary": headline(facts),
+        "exit_code": exit_code(facts, strict=strict),
+        "seconds": round(facts.seconds, 3),
+        "model": facts.model,
+        "onnx_device_guard_version": facts.onnx_device_guard_version,
+        "python": facts.python,
+        "torch_version": facts.torch_version,
+        "torch_gpu_build": facts.torch_gpu_build,
+        "torch_cuda_device_count": facts.torch_cuda_device_count,
+        "onnxruntime_version": facts.onnxruntime_version,
+        "installed_distributions": [
+            {"name": dist.name, "version": dist.version, "provides_module": dist.provides_module}
+            for dist in facts.installed_distributions
+        ],
+        "available_providers": list(facts.available_providers),
+        "requested_providers": list(facts.requested_providers),
+        "requested_provider_options": _plain(facts.requested_provider_options),
+        "session_providers": list(facts.session_providers),
+        "session_provider_options": _plain(facts.session_provider_options),
+        "requested_device": str(facts.requested_device),
+        "aligned_device": str(facts.aligned_device),
+        "fell_back": facts.fell_back,
+        "inference_ok": facts.inference.status == "ok",
+        "inference": {
+            "status": facts.inference.status,
+            "detail": facts.inference.detail,
+            "inputs": list(facts.inference.culprits),
+            "attempts": facts.inference.attempts,
+        },
+        "suggested_options": list(facts.inference.suggestion),
+        "diagnosis": [str(finding) for finding in findings],
+        "findings": [
+            {
+                "kind": finding.kind,
+                "problem": finding.problem,
+                "fix": finding.fix,
+                "help_url": finding.help_url,
+            }
+            for finding in findings
+        ],
+        "onnxruntime_messages": list(facts.onnxruntime_messages),
+        "onnxruntime_messages_omitted": facts.omitted_messages,
+        "session_retry": facts.session_retry,
+        "torch_messages": list(facts.torch_messages),
+    }
+
+
+def render_json_error(error: ModelError) -> dict[str, object]:
+    """Return a model the doctor could not check as a JSON-ready object (verdict `error`)."""
+    return {
+        "verdict": "error",
+        "summary": f"ERROR: {error.message}",
+        "exit_code": 2,
+        "seconds": round(error.seconds, 3),
+        "model": error.model,
+        "error": error.message,
+    }
+
+
+def render_any_json(result: Facts | ModelError, *, strict: bool) -> dict[str, object]:
+    """`render_json` for a checked model, `render_json_error` for one that was bad input."""
+    if isinstance(result, ModelError):
+        return render_json_error(result)
+    return render_json(result, diagnose(result), strict=strict)
+
+
+# Helpers.
+
+
+def _machine_rows(facts: Facts | Environment) -> list[tuple[str, str]]:
+    torch_line = facts.torch_version + (
+        f" ({facts.torch_gpu_build})" if facts.torch_gpu_build else " (CPU-only build)"
+    )
+    torch_line += f", CUDA devices visible: {facts.torch_cuda_device_count}"
+    owners = [dist for dist in facts.installed_distributions if dist.provides_module]
+    installed = ", ".join(
+        str(dist) if dist.provides_module else f"{dist} (add-on)"
+        for dist in facts.installed_distributions
+    )
+    if len(owners) > 1:
+        installed += "  <- more than one onnxruntime"
+    return [
+        ("onnx-device-guard", f"{facts.onnx_device_guard_version}, Python {facts.python}"),
+        ("torch", torch_line),
+        ("onnxruntime", facts.onnxruntime_version),
+        ("installed", installed or "(pip lists no onnxruntime distribution)"),
+        ("available providers", ", ".join(facts.available_providers)),
+    ]
+
+
+_LABEL_WIDTH = len("requested providers") + 2
+
+
+def _rows(rows: Sequence[tuple[str, str]]) -> list[str]:
+    return [
+        _wrap(value, indent=2 + _LABEL_WIDTH, first=f"  {label:<{_LABEL_WIDTH}}")
+        for label, value in rows
+    ]
+
+
+def _providers_line(
+    providers: tuple[str, ...],
+    options: Mapping[str, Mapping[str, str]],
+    separator: str,
+    dropped: set[str],
+) -> str:
+    parts = []
+    for name in providers:
+        text = name
+        device_id = options.get(name, {}).get("device_id")
+        if separator == "=":
+            shown = ",".join(f"{key}={value}" for key, value in options.get(name, {}).items())
+            text += f" ({shown})" if shown else ""
+        elif device_id is not None:
+            text += f" (device_id {device_id})"
+        if name in dropped:
+            text += " [dropped]"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def _plain(options: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    return {name: dict(values) for name, values in options.items()}
+
+
+def _wrap(text: str, *, indent: int, first: str = "", width: int = 88) -> str:
+    """Fill `text`, never breaking a `command` in backticks (textwrap keeps U+00A0)."""
+    if not text.strip():
+        return first.rstrip()
+    text = re.sub(r"`[^`]+`", lambda span: span.group().replace(" ", "\u00a0"), text)
+    filled = textwrap.fill(
+        text,
+        width=max(width, indent + 40),
+        initial_indent=first,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return filled.replace("\u00a0", " ")
