@@ -14,11 +14,12 @@ from typing import Any
 
 import torch
 
-from ._alignment import _arguments, plan_alignment, report_fallback
+from ._alignment import _arguments, find_mismatch, plan_alignment, report_fallback
 from ._call_device import DeviceOption, device_option, requested_device
 from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
+    MISSING,
     SessionSource,
     context,
     describe,
@@ -111,6 +112,33 @@ def align_model(
     Returns `None`, and leaves the model as it is, when it holds no session
     and `options.require_session` is off.
     """
+    if options.session_source is None and options.device_attr is None:
+        # The usual shape, a session and a device under the default names, kept
+        # as fast as a bare check when they agree; anything else takes the full
+        # path below, which reads the attributes again and reports properly.
+        try:
+            session = getattr(model, "_session", MISSING)
+            if session is MISSING:
+                session = getattr(model, "session", MISSING)
+            current = getattr(model, "_device", MISSING)
+            if current is MISSING:
+                current = getattr(model, "device", MISSING)
+            if session is not MISSING and current is not MISSING:
+                requested = _arguments(options.resolution_mode, current, options.fallback_device)[2]
+                if find_mismatch(session, requested) is None:
+                    return requested
+        except Exception:  # noqa: S110 - the full path raises the right error
+            pass
+    return _align_model(model, options, factory, args, kwargs)
+
+
+def _align_model(
+    model: object,
+    options: AlignOptions,
+    factory: object | None,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+) -> torch.device | None:
     sessions, searched = find_sessions(model, options.session_source, factory)
     if not options.require_session:
         sessions = [(path, session) for path, session in sessions if session is not None]
