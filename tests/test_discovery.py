@@ -81,7 +81,7 @@ class TestDottedPaths:
             return OCR(cuda_session(0), cuda_session(0), rec)
 
         assert isinstance(load(cuda_session(0)), OCR)
-        with pytest.raises(EnvironmentConfigurationError, match="'text_rec.infer.session'"):
+        with pytest.raises(EnvironmentConfigurationError, match=r"'text_rec\.infer\.session'"):
             load(cpu_session())
 
     def test_missing_part_of_a_path_names_it(self) -> None:
@@ -91,7 +91,7 @@ class TestDottedPaths:
         def load() -> WithDevice:
             return WithDevice(Infer(cpu_session()), "cuda")
 
-        with pytest.raises(DeviceGuardError, match="'holder.other'"):
+        with pytest.raises(DeviceGuardError, match=r"'holder\.other'"):
             load()
 
     def test_no_path_present_names_them_all(self) -> None:
@@ -101,7 +101,7 @@ class TestDottedPaths:
         def load() -> WithDevice:
             return WithDevice(None, "cuda")
 
-        with pytest.raises(DeviceGuardError, match="'a.session', 'b.session'"):
+        with pytest.raises(DeviceGuardError, match=r"'a\.session', 'b\.session'"):
             load()
 
     @pytest.mark.parametrize("value", ["a..b", ".a", "a.", "a.1b", ("a.b", "c d")])

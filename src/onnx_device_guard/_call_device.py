@@ -30,7 +30,7 @@ def device_option(value: object) -> DeviceOption:
     if isinstance(value, str):
         return as_device(value, "device")
     if callable(value) and not isinstance(value, type):
-        return value  # type: ignore[no-any-return]
+        return value
     raise ModelInputError(
         "device must be a torch.device, a string such as 'cuda', or a callable that takes "
         "the factory call's arguments as a dict and returns one; "

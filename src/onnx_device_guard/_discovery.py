@@ -219,12 +219,9 @@ def _sessions_from_callable(
         result = source(model)
         if result is None:
             return []
-        if _looks_like_session_or_unknown(result):
+        if _looks_like_session_or_unknown(result) or not isinstance(result, Iterable):
             return [(f"{name}(model)", result)]
-        return [
-            (f"{name}(model)[{number}]", session)
-            for number, session in enumerate(result)  # type: ignore[attr-defined]
-        ]
+        return [(f"{name}(model)[{number}]", session) for number, session in enumerate(result)]
     except DeviceGuardError:
         raise
     except Exception as error:
@@ -252,9 +249,7 @@ def is_session(value: object) -> bool:
     """
     cls = type(value)
     try:
-        return callable(getattr(cls, "get_providers", None)) and callable(
-            getattr(cls, "run", None)
-        )
+        return callable(getattr(cls, "get_providers", None)) and callable(getattr(cls, "run", None))
     except Exception:  # a metaclass whose lookup raises: not a session
         return False
 
@@ -298,12 +293,14 @@ def _values(value: object, path: str, nesting: int) -> Iterator[tuple[str, objec
     """`value` itself, or the items of a list, tuple or dict (read with the base type's methods)."""
     if isinstance(value, list | tuple | dict) and nesting < MAX_NESTING:
         if isinstance(value, dict):
-            items: Iterable[tuple[object, object]] = itertools.islice(
-                dict.items(value), MAX_ITEMS
-            )
+            items: Iterable[tuple[object, object]] = itertools.islice(dict.items(value), MAX_ITEMS)
         else:
-            base = list if isinstance(value, list) else tuple
-            items = enumerate(base.__getitem__(value, slice(0, MAX_ITEMS)))  # type: ignore[arg-type]
+            head: list[object] | tuple[object, ...] = (
+                list.__getitem__(value, slice(0, MAX_ITEMS))
+                if isinstance(value, list)
+                else tuple.__getitem__(value, slice(0, MAX_ITEMS))
+            )
+            items = enumerate(head)
         for key, item in items:
             key_text = repr(key) if isinstance(key, str | int) else "..."
             yield from _values(item, f"{path}[{key_text}]", nesting + 1)

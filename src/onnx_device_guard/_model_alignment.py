@@ -10,7 +10,7 @@ import inspect
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -35,6 +35,8 @@ from ._policy import DeviceMismatchResolutionMode, check_mode
 
 logger = logging.getLogger("onnx_device_guard")
 
+_Options = TypeVar("_Options", bound="AlignOptions")
+
 _SEARCHED_SHOWN = 12
 """How many of the searched attribute paths an error lists."""
 
@@ -52,7 +54,7 @@ class AlignOptions:
 
     @classmethod
     def build(
-        cls,
+        cls: type[_Options],
         resolution_mode: object = None,
         fallback_device: object = None,
         session_attr: object = None,
@@ -60,7 +62,7 @@ class AlignOptions:
         *,
         device: object = None,
         require_session: object = True,
-    ) -> Any:
+    ) -> _Options:
         """Check every option, raising `ModelInputError` for one that cannot be used."""
         if device_attr is not None and device is not None:
             raise ModelInputError(
@@ -88,9 +90,7 @@ class AlignOptions:
 def _device_attr(value: object) -> str:
     if isinstance(value, str) and value.isidentifier():
         return value
-    raise ModelInputError(
-        f"device_attr must be one attribute name; got {safe_repr(value)}."
-    )
+    raise ModelInputError(f"device_attr must be one attribute name; got {safe_repr(value)}.")
 
 
 def align_model(
@@ -127,7 +127,7 @@ def align_model(
                 requested = _arguments(options.resolution_mode, current, options.fallback_device)[2]
                 if find_mismatch(session, requested) is None:
                     return requested
-        except Exception:  # noqa: S110 - the full path raises the right error
+        except Exception:  # the full path reads again and raises the right error
             pass
     return _align_model(model, options, factory, args, kwargs)
 
