@@ -154,7 +154,7 @@ def _align_model(
     if attribute is not None:
         device_name: str | None = attribute[0]
         current: Any = attribute[1]
-        source = f"device attribute {device_name!r}"
+        source = f"its device attribute {device_name!r}"
     else:
         device_name = None
         found = requested_device(options.device, factory, args, kwargs, model)
@@ -178,7 +178,7 @@ def _align_model(
     except EnvironmentConfigurationError as error:
         single = "" if len(names) > 1 else f"; session {names[0]!r}"
         raise EnvironmentConfigurationError(
-            f"{error.message} ({context(model, factory)}{single}; device from its {source})",
+            f"{error.message} ({context(model, factory)}{single}; device from {source})",
             help_url=error.help_url,
         ) from None
     if report is None:
@@ -197,7 +197,7 @@ def _align_model(
         report,
         policy.warn,
         applied=device_name is not None,
-        context=f"{context(model, factory)}; device from its {source}",
+        context=f"{context(model, factory)}; device from {source}",
         factory=None if factory is None else factory_name(factory),
         device_attr=device_name,
     )
