@@ -427,3 +427,37 @@ class TestRequireSession:
         """require_session takes True or False only."""
         with pytest.raises(ModelInputError, match="require_session"):
             device_guard(require_session=value)
+
+
+class TestDiscoveryLimits:
+    """The bounds on discovery's work do not hide sessions in ordinary models."""
+
+    def test_many_attributes_are_all_read(self) -> None:
+        """An object with hundreds of attributes is read in full; only containers are cut."""
+
+        class Wide:
+            def __init__(self) -> None:
+                for number in range(300):
+                    setattr(self, f"field_{number}", number)
+                self.engine = runnable_cpu_session()
+
+        assert [path for path, _ in discover_sessions(Wide())[0]] == ["engine"]
+
+    def test_stdlib_objects_are_not_searched(self) -> None:
+        """Paths, loggers and enums are leaves: nothing below them is read."""
+        import enum
+        import pathlib
+
+        class Color(enum.Enum):
+            RED = 1
+
+        class Holder:
+            def __init__(self) -> None:
+                self.path = pathlib.Path("model.onnx")
+                self.log = logging.getLogger("holder")
+                self.color = Color.RED
+                self.session_holder = Infer(runnable_cpu_session())
+
+        found, searched = discover_sessions(Holder())
+        assert [path for path, _ in found] == ["session_holder.session"]
+        assert not any(path.startswith(("path.", "log.", "color.")) for path in searched)

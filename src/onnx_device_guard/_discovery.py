@@ -14,11 +14,14 @@ dicts, without calling a property, a method or a container's own methods.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
+import pathlib
+import re
 import types
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._errors import DeviceGuardError, ModelInputError
@@ -37,8 +40,11 @@ DEFAULT_DEVICE_ATTRS = ("_device", "device")
 MAX_DEPTH = 3
 """How many attribute levels discovery goes down (`a.b.c` is three)."""
 
-MAX_ITEMS = 256
-"""How many items of one list, tuple or dict discovery looks at."""
+MAX_ITEMS = 64
+"""How many items of one list, tuple or dict discovery looks at (a session is in the first few)."""
+
+MAX_ATTRIBUTES = 1024
+"""How many instance attributes of one object discovery looks at."""
 
 MAX_NESTING = 3
 """How many containers deep discovery goes within one attribute (`a[0][1][2]`)."""
@@ -64,6 +70,11 @@ _LEAVES = (
     types.MethodType,
     range,
     slice,
+    enum.Enum,
+    pathlib.PurePath,
+    logging.Logger,
+    logging.Handler,
+    re.Pattern,
 )
 """Values whose attributes are never searched: they cannot hold a model's session."""
 
@@ -266,73 +277,118 @@ def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[st
     found: list[tuple[str, object]] = []
     searched: list[str] = []
     seen = {id(model)}
-    queue: deque[tuple[object, str, int]] = deque([(model, "", 0)])
+    level: list[tuple[object, str]] = [(model, "")]
     budget = MAX_VALUES
-    while queue and budget > 0:
-        owner, owner_path, depth = queue.popleft()
-        for name, value in _instance_attributes(owner):
-            path = f"{owner_path}.{name}" if owner_path else name
-            searched.append(path)
-            for item_path, item in _values(value, path, 0):
+    for depth in range(1, MAX_DEPTH + 1):
+        below: list[tuple[object, str]] = []
+        for owner, owner_path in level:
+            prefix = f"{owner_path}." if owner_path else ""
+            for name, value in _instance_attributes(owner):
+                path = prefix + name
+                searched.append(path)
                 budget -= 1
-                if budget <= 0:
-                    break
-                if id(item) in seen:
+                if type(value) in _SCALARS:  # most attributes: nothing to look into
                     continue
-                seen.add(id(item))
-                if is_session(item):
-                    found.append((item_path, item))
-                elif depth + 1 < MAX_DEPTH and not isinstance(item, _LEAVES):
-                    queue.append((item, item_path, depth + 1))
-            if budget <= 0:
-                break
+                pending: list[tuple[str, object, int]] = [(path, value, 0)]
+                while pending:
+                    item_path, item, nesting = pending.pop()
+                    kind = type(item)
+                    if kind in _SCALARS:
+                        continue
+                    if (
+                        kind is dict
+                        or kind is list
+                        or kind is tuple
+                        or isinstance(item, _CONTAINERS)
+                    ):
+                        if nesting < MAX_NESTING:
+                            children = _items(item, item_path)
+                            budget -= len(children)
+                            pending.extend((p, v, nesting + 1) for p, v in reversed(children))
+                        continue
+                    if id(item) in seen or isinstance(item, _LEAVES):
+                        continue
+                    seen.add(id(item))
+                    if is_session(item):
+                        found.append((item_path, item))
+                    elif depth < MAX_DEPTH:
+                        below.append((item, item_path))
+                if budget < 0:
+                    return found, tuple(searched)
+        level = below
     return found, tuple(searched)
 
 
-def _values(value: object, path: str, nesting: int) -> Iterator[tuple[str, object]]:
-    """`value` itself, or the items of a list, tuple or dict (read with the base type's methods)."""
-    if isinstance(value, list | tuple | dict) and nesting < MAX_NESTING:
-        if isinstance(value, dict):
-            items: Iterable[tuple[object, object]] = itertools.islice(dict.items(value), MAX_ITEMS)
-        else:
-            head: list[object] | tuple[object, ...] = (
-                list.__getitem__(value, slice(0, MAX_ITEMS))
-                if isinstance(value, list)
-                else tuple.__getitem__(value, slice(0, MAX_ITEMS))
-            )
-            items = enumerate(head)
-        for key, item in items:
-            key_text = repr(key) if isinstance(key, str | int) else "..."
-            yield from _values(item, f"{path}[{key_text}]", nesting + 1)
-    elif not isinstance(value, list | tuple | dict):
-        yield path, value
+_SCALARS = frozenset({str, bytes, int, float, bool, complex, type(None)})
+"""Exact types skipped at once, the most common values in a model's attributes."""
+
+_CONTAINERS = (list, tuple, dict)
 
 
-def _instance_attributes(owner: object) -> Iterator[tuple[str, object]]:
+def _items(container: object, path: str) -> list[tuple[str, object]]:
+    """The first `MAX_ITEMS` items of a list, tuple or dict, read with the base type's methods."""
+    if isinstance(container, dict):
+        pairs: Iterable[tuple[object, object]] = itertools.islice(dict.items(container), MAX_ITEMS)
+    elif isinstance(container, list):
+        pairs = enumerate(list.__getitem__(container, slice(0, MAX_ITEMS)))
+    else:
+        pairs = enumerate(tuple.__getitem__(container, slice(0, MAX_ITEMS)))  # type: ignore[call-overload]
+    return [
+        (f"{path}[{key!r}]" if type(key) in (str, int) else f"{path}[...]", item)
+        for key, item in pairs
+    ]
+
+
+def _instance_attributes(owner: object) -> list[tuple[str, object]]:
     """The values in `owner`'s instance `__dict__` and slots; never runs a property."""
     try:
-        mro = type(owner).__mro__
-        for cls in mro:  # the instance __dict__, through the type's own descriptor
-            descriptor = cls.__dict__.get("__dict__")
-            if descriptor is not None:
-                if isinstance(descriptor, types.GetSetDescriptorType):
-                    namespace = descriptor.__get__(owner, cls)
-                    if isinstance(namespace, dict):
-                        for name, value in list(dict.items(namespace))[:MAX_ITEMS]:
-                            if isinstance(name, str):
-                                yield name, value
-                break
-        for cls in mro:
-            slots = cls.__dict__.get("__slots__", ())
-            for name in (slots,) if isinstance(slots, str) else slots:
-                descriptor = cls.__dict__.get(name)
-                if isinstance(descriptor, types.MemberDescriptorType):
-                    try:
-                        yield name, descriptor.__get__(owner, cls)
-                    except AttributeError:  # a slot never set
-                        continue
+        cls = type(owner)
+        layout = _LAYOUTS.get(cls)
+        if layout is None:
+            layout = _LAYOUTS[cls] = _layout(cls)
+        dict_descriptor, slots = layout
+        values: list[tuple[str, object]] = []
+        if dict_descriptor is not None:
+            namespace = dict_descriptor.__get__(owner, cls)
+            if isinstance(namespace, dict):
+                values.extend(
+                    (name, value)
+                    for name, value in itertools.islice(dict.items(namespace), MAX_ATTRIBUTES)
+                    if type(name) is str
+                )
+        for name, descriptor in slots:
+            try:
+                values.append((name, descriptor.__get__(owner, cls)))
+            except AttributeError:  # a slot never set
+                continue
+        return values
     except Exception:  # an odd object: search the rest of the model
-        return
+        return []
+
+
+_Layout = tuple[Any, tuple[tuple[str, Any], ...]]
+
+_LAYOUTS: weakref.WeakKeyDictionary[type, _Layout] = weakref.WeakKeyDictionary()
+"""Per class: the descriptor of its instances' `__dict__` (or `None`) and its slots."""
+
+
+def _layout(cls: type) -> _Layout:
+    """Where a class's instances keep their attributes, read off the class's own namespace."""
+    dict_descriptor = None
+    for klass in cls.__mro__:
+        descriptor = klass.__dict__.get("__dict__")
+        if descriptor is not None:
+            if isinstance(descriptor, types.GetSetDescriptorType):
+                dict_descriptor = descriptor
+            break
+    slots: list[tuple[str, Any]] = []
+    for klass in cls.__mro__:
+        names = klass.__dict__.get("__slots__", ())
+        for name in (names,) if isinstance(names, str) else names:
+            descriptor = klass.__dict__.get(name)
+            if isinstance(descriptor, types.MemberDescriptorType):
+                slots.append((name, descriptor))
+    return dict_descriptor, tuple(slots)
 
 
 # --- the device attribute ----------------------------------------------------
