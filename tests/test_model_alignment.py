@@ -404,3 +404,18 @@ class TestAlignedDeviceWithSeveralSessions:
         """Two real CPU sessions (one whose CUDA provider was dropped) give cpu."""
         with aligned_device([real_cpu_session, real_dropped_cuda_session], "cuda", warn=False) as d:
             assert d == torch.device("cpu")
+
+
+class TestSessionsOnDifferentGPUsError:
+    """When not even the fallback device suits every session, the error names them."""
+
+    def test_error_names_the_sessions_at_fault(self) -> None:
+        """The sessions that cannot read the GPU the others run on are named."""
+
+        @device_guard(session_attr=("vision", "text"), fallback_device="cuda:0")
+        def load() -> TwoTower:
+            return TwoTower(cuda_session(0), cuda_session(1), "cuda:1")
+
+        with pytest.raises(EnvironmentConfigurationError, match="'vision' cannot read") as info:
+            load()
+        assert "model TwoTower" in info.value.message

@@ -258,7 +258,6 @@ def plan_alignment(
     requested: torch.device,
     mode: DeviceMismatchResolutionMode,
     fallback: torch.device,
-    context: str = "",
 ) -> tuple[torch.device, Fallback | None]:
     """Return the device every one of `sessions` reads, and the fallback to report, if any.
 
@@ -268,41 +267,44 @@ def plan_alignment(
     the device to a GPU an earlier one does not run on, and then no GPU
     serves them all and the fallback device is used, if they all read it.
     With several sessions, messages name each session by its entry in
-    `names`. `context` (say, which model and factory) ends every error
-    message. In `"fail"` mode the first session that cannot read the device
-    raises `EnvironmentConfigurationError`.
+    `names` (or by its position). In `"fail"` mode the first session that
+    cannot read the device raises `EnvironmentConfigurationError`.
     """
     if len(sessions) == 1:  # the common case, without the multi-session steps
         mismatch = find_mismatch(sessions[0], requested)
         if mismatch is None:
             return requested, None
-        target = _resolve(mismatch, mode, fallback, context)
+        target = _resolve(mismatch, mode, fallback)
         return target, Fallback(requested, target, (mismatch,))
-    named = names is not None and len(names) == len(sessions)
+    labels = (
+        list(names)
+        if names is not None and len(names) == len(sessions)
+        else [f"#{number}" for number in range(len(sessions))]
+    )
     aligned = requested
     mismatches: list[Mismatch] = []
-    for number, session in enumerate(sessions):
+    for label, session in zip(labels, sessions, strict=True):
         mismatch = find_mismatch(session, aligned)
         if mismatch is not None:
-            if named:
-                mismatch.session_name = names[number]  # type: ignore[index]
-            aligned = _resolve(mismatch, mode, fallback, context)
+            mismatch.session_name = label
+            aligned = _resolve(mismatch, mode, fallback)
             mismatches.append(mismatch)
     if not mismatches:
         return aligned, None
     at_fault = [
-        names[number] if named else f"#{number}"  # type: ignore[index]
-        for number, session in enumerate(sessions)
+        label
+        for label, session in zip(labels, sessions, strict=True)
         if find_mismatch(session, aligned) is not None
     ]
     if not at_fault:
         return aligned, Fallback(requested, aligned, tuple(mismatches))
     if any(find_mismatch(session, fallback) for session in sessions):
         raise EnvironmentConfigurationError(
-            f"The model's sessions run on different GPUs, and not all of them can read "
-            f"the fallback device {str(fallback)!r} either. Create every session with the "
-            "same provider option 'device_id', or pick a fallback_device they all read "
-            "(such as 'cpu')." + _ending(context),
+            f"The model's sessions run on different GPUs ({', '.join(map(repr, at_fault))} "
+            "cannot read the GPU the others run on), and not all of them can read the "
+            f"fallback device {str(fallback)!r} either. Create every session with the same "
+            "provider option 'device_id', or pick a fallback_device they all read (such as "
+            "'cpu').",
             help_url=_DISAGREE_HELP,
         )
     return fallback, Fallback(requested, fallback, tuple(mismatches), tuple(at_fault))
@@ -330,12 +332,11 @@ def _resolve(
     mismatch: Mismatch,
     mode: DeviceMismatchResolutionMode,
     fallback: torch.device,
-    context: str = "",
 ) -> torch.device:
     """Return the device `mismatch` falls back to, or raise in `"fail"` mode."""
     if mode == "fail":
         raise EnvironmentConfigurationError(
-            f"{mismatch.problem} {mismatch.fix}{_ending(context)}", help_url=mismatch.help_url
+            f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
         )
     return fallback if mismatch.session_device is None else mismatch.session_device
 
