@@ -246,3 +246,20 @@ class TestDeviceOption:
         """An unusable device= is a ModelInputError when the decorator is applied."""
         with pytest.raises(ModelInputError, match="device"):
             device_guard(device=value)
+
+
+class TestAsyncFactoryDevice:
+    """An async factory's call is read the same way, once the model is awaited."""
+
+    def test_call_argument_of_an_async_factory(self) -> None:
+        """The coroutine function's own device argument is checked after the await."""
+        import asyncio
+
+        @device_guard(resolution_mode="fail")
+        async def load(device: str = "cuda") -> NoDevice:
+            await asyncio.sleep(0)
+            return NoDevice(cpu_session())
+
+        assert isinstance(asyncio.run(load("cpu")), NoDevice)
+        with pytest.raises(EnvironmentConfigurationError, match="device argument"):
+            asyncio.run(load())

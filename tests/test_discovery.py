@@ -461,3 +461,22 @@ class TestDiscoveryLimits:
         found, searched = discover_sessions(Holder())
         assert [path for path, _ in found] == ["session_holder.session"]
         assert not any(path.startswith(("path.", "log.", "color.")) for path in searched)
+
+
+class TestDiscoveryAcrossThreads:
+    """Discovery keeps no per-call state outside the call."""
+
+    def test_many_threads_find_the_same_sessions(self) -> None:
+        """Eight threads discovering on fresh models of new classes all get the right paths."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def discover(number: int) -> list[str]:
+            holder_type = type(f"Holder{number}", (), {})
+            holder = holder_type()
+            holder.stage = Infer(runnable_cpu_session())
+            holder.heads = [runnable_cpu_session()]
+            return [path for path, _ in discover_sessions(holder)[0]]
+
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(discover, range(400)))
+        assert all(paths == ["heads[0]", "stage.session"] for paths in results)
