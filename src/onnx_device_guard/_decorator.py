@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from ._devices import DeviceLike
 from ._errors import ModelInputError
-from ._model_alignment import AlignOptions, align_model
+from ._model_alignment import AlignOptions, DeviceSource, SessionAttr, align_model
 from ._pickling import WrapperByReference
 from ._policy import DeviceMismatchResolutionMode
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
-
-SessionAttr = str | tuple[str, ...] | Callable[[Any], object | Iterable[object]]
-"""What `session_attr` takes: a name or dotted path, a tuple of them, or a callable."""
-
-DeviceSource = DeviceLike | Callable[[dict[str, Any]], DeviceLike]
-"""What `device` takes: a device, or a callable of the call's arguments returning one."""
 
 
 class _Decorator(Protocol):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,6 +34,12 @@ from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInput
 from ._policy import DeviceMismatchResolutionMode, check_mode
 
 logger = logging.getLogger("onnx_device_guard")
+
+SessionAttr = str | tuple[str, ...] | Callable[[Any], object | Iterable[object]]
+"""What `session_attr` takes: a name or dotted path, a tuple of them, or a callable."""
+
+DeviceSource = DeviceLike | Callable[[dict[str, Any]], DeviceLike]
+"""What `device` takes: a device, or a callable of the call's arguments returning one."""
 
 _Options = TypeVar("_Options", bound="AlignOptions")
 
@@ -265,7 +271,7 @@ def realign(
     *,
     resolution_mode: DeviceMismatchResolutionMode | None = None,
     fallback_device: DeviceLike | None = None,
-    session_attr: str | tuple[str, ...] | Any = None,
+    session_attr: SessionAttr | None = None,
     device_attr: str | None = None,
     device: DeviceLike | None = None,
     require_session: bool = True,
