@@ -300,8 +300,8 @@ def plan_alignment(
         return aligned, Fallback(requested, aligned, tuple(mismatches))
     if any(find_mismatch(session, fallback) for session in sessions):
         raise EnvironmentConfigurationError(
-            f"The model's sessions run on different GPUs ({', '.join(map(repr, at_fault))} "
-            "cannot read the GPU the others run on), and not all of them can read the "
+            f"The model's sessions run on different GPUs, so {', '.join(map(repr, at_fault))} "
+            "cannot read the GPU the others run on, and not all of them can read the "
             f"fallback device {str(fallback)!r} either. Create every session with the same "
             "provider option 'device_id', or pick a fallback_device they all read (such as "
             "'cpu').",
