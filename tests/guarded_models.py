@@ -1,4 +1,4 @@
-"""Models and guarded factories at module level, so that they pickle by reference."""
+"""Models, discoverable fake sessions and module-level guarded factories (they pickle)."""
 
 from __future__ import annotations
 
@@ -39,3 +39,24 @@ class SubModel(Model):
 def load_model(device: str = "cuda:0") -> Model:
     """Load a model (module-level function)."""
     return Model(cpu_session(), torch.device(device))
+
+
+@dataclass
+class RunnableSession(FakeSession):
+    """A fake session that discovery recognises: it also has ``run``."""
+
+    def run(self, output_names: object, feeds: object) -> list[object]:
+        return []
+
+
+def runnable_cpu_session() -> RunnableSession:
+    """A discoverable session that runs on CPU only."""
+    return RunnableSession(["CPUExecutionProvider"], {"CPUExecutionProvider": {}})
+
+
+def runnable_cuda_session(device_id: int = 0) -> RunnableSession:
+    """A discoverable session whose CUDA provider runs on ``device_id``."""
+    return RunnableSession(
+        ["CUDAExecutionProvider", "CPUExecutionProvider"],
+        {"CUDAExecutionProvider": {"device_id": str(device_id)}, "CPUExecutionProvider": {}},
+    )

@@ -16,6 +16,7 @@ PUBLIC_API = {
     "device_guard",
     "aligned_device",
     "device_policy",
+    "realign",
     "DeviceGuardError",
     "ModelInputError",
     "EnvironmentConfigurationError",

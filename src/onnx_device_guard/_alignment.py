@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -39,7 +40,7 @@ class Mismatch:
     they are read: a fallback that is not logged formats no text.
     """
 
-    __slots__ = ("device", "index", "provider", "providers", "session_device")
+    __slots__ = ("device", "index", "provider", "providers", "session_device", "session_name")
 
     def __init__(
         self,
@@ -59,6 +60,8 @@ class Mismatch:
         """The CUDA index that `device` stands for, when the GPUs differ."""
         self.session_device = session_device
         """The GPU the session does run on, when it runs on another one."""
+        self.session_name: str | None = None
+        """Where the model keeps the session (an attribute path), when it has several."""
 
     def __repr__(self) -> str:
         return f"Mismatch({self.problem!r})"
@@ -66,18 +69,21 @@ class Mismatch:
     @property
     def problem(self) -> str:
         """What is wrong, naming the device and the session's providers."""
+        name = "" if self.session_name is None else f" {self.session_name!r}"
         if self.session_device is None:
             return (
-                f"The model asks for device {str(self.device)!r}, but its onnxruntime session "
-                f"runs only {list(self.providers)}, and none of these can read CUDA tensors."
+                f"The model asks for device {str(self.device)!r}, but its onnxruntime session"
+                f"{name} runs only {list(self.providers)}, and none of these can read CUDA "
+                "tensors."
             )
         asked = (
             repr(str(self.device))
             if self.device.index is not None
             else f"'cuda' (now cuda:{self.index})"
         )
+        owner = "its session's" if not name else f"its session{name}'s"
         return (
-            f"The model asks for device {asked}, but its session's {self.provider} runs on "
+            f"The model asks for device {asked}, but {owner} {self.provider} runs on "
             f"device_id {self.session_device.index}, so every input would need a copy "
             "between GPUs."
         )
@@ -101,6 +107,11 @@ class Mismatch:
     def help_url(self) -> str:
         """The troubleshooting section that explains this mismatch."""
         return _NO_GPU_HELP if self.session_device is None else _DEVICE_ID_HELP
+
+    @property
+    def reason(self) -> str:
+        """The kind of mismatch, as a short stable string for log fields."""
+        return NO_GPU_PROVIDER if self.session_device is None else DEVICE_ID_MISMATCH
 
 
 def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
@@ -217,7 +228,9 @@ def align_device_with_onnx_session(
     mismatch = find_mismatch(session, requested)
     if mismatch is None:
         return requested
-    return _resolve(mismatch, mode, fallback, policy.warn)
+    target = _resolve(mismatch, mode, fallback)
+    report_fallback(Fallback(requested, target, (mismatch,)), policy.warn)
+    return target
 
 
 def align_device_with_onnx_sessions(
@@ -225,36 +238,76 @@ def align_device_with_onnx_sessions(
     device: DeviceLike,
     resolution_mode: DeviceMismatchResolutionMode | None = None,
     fallback_device: DeviceLike | None = None,
+    names: Sequence[str] | None = None,
 ) -> torch.device:
-    """Return a device that every one of `sessions` can read.
+    """Return a device that every one of `sessions` can read, logging a fallback.
 
-    Aligns with each session in turn. In `"fallback"` mode a later session
-    can move the device to a GPU that an earlier one does not run on; then no
-    GPU serves them all and the fallback device is used, if they all read it.
+    `names` says where each session is kept, for the messages; see
+    `plan_alignment`.
     """
-    policy, mode, aligned, fallback = _arguments(resolution_mode, device, fallback_device)
-    for session in sessions:
+    policy, mode, requested, fallback = _arguments(resolution_mode, device, fallback_device)
+    aligned, report = plan_alignment(sessions, names, requested, mode, fallback)
+    if report is not None:
+        report_fallback(report, policy.warn)
+    return aligned
+
+
+def plan_alignment(
+    sessions: Sequence[object],
+    names: Sequence[str] | None,
+    requested: torch.device,
+    mode: DeviceMismatchResolutionMode,
+    fallback: torch.device,
+) -> tuple[torch.device, Fallback | None]:
+    """Return the device every one of `sessions` reads, and the fallback to report, if any.
+
+    Nothing is logged here, so that a caller can first put the device to use
+    (write it to the model) and report only what really happened. Aligns
+    with each session in turn; in `"fallback"` mode a later session can move
+    the device to a GPU an earlier one does not run on, and then no GPU
+    serves them all and the fallback device is used, if they all read it.
+    With several sessions, messages name each session by its entry in
+    `names` (or by its position). In `"fail"` mode the first session that
+    cannot read the device raises `EnvironmentConfigurationError`.
+    """
+    if len(sessions) == 1:  # the common case, without the multi-session steps
+        mismatch = find_mismatch(sessions[0], requested)
+        if mismatch is None:
+            return requested, None
+        target = _resolve(mismatch, mode, fallback)
+        return target, Fallback(requested, target, (mismatch,))
+    labels = (
+        list(names)
+        if names is not None and len(names) == len(sessions)
+        else [f"#{number}" for number in range(len(sessions))]
+    )
+    aligned = requested
+    mismatches: list[Mismatch] = []
+    for label, session in zip(labels, sessions, strict=True):
         mismatch = find_mismatch(session, aligned)
         if mismatch is not None:
-            aligned = _resolve(mismatch, mode, fallback, policy.warn)
-    if len(sessions) < 2 or not any(find_mismatch(s, aligned) for s in sessions):
-        return aligned
-    if any(find_mismatch(s, fallback) for s in sessions):
+            mismatch.session_name = label
+            aligned = _resolve(mismatch, mode, fallback)
+            mismatches.append(mismatch)
+    if not mismatches:
+        return aligned, None
+    at_fault = [
+        label
+        for label, session in zip(labels, sessions, strict=True)
+        if find_mismatch(session, aligned) is not None
+    ]
+    if not at_fault:
+        return aligned, Fallback(requested, aligned, tuple(mismatches))
+    if any(find_mismatch(session, fallback) for session in sessions):
         raise EnvironmentConfigurationError(
-            f"The model's sessions run on different GPUs, and not all of them can read "
-            f"the fallback device {str(fallback)!r} either. Create every session with the "
-            "same provider option 'device_id', or pick a fallback_device they all read "
-            "(such as 'cpu').",
+            f"The model's sessions run on different GPUs, so {', '.join(map(repr, at_fault))} "
+            "cannot read the GPU the others run on, and not all of them can read the "
+            f"fallback device {str(fallback)!r} either. Create every session with the same "
+            "provider option 'device_id', or pick a fallback_device they all read (such as "
+            "'cpu').",
             help_url=_DISAGREE_HELP,
         )
-    _log(
-        policy.warn,
-        "The model's sessions run on different GPUs, so no single CUDA device serves "
-        "them all. Using %s instead. Create every session with the same provider option "
-        "'device_id' to keep them on one GPU.",
-        fallback,
-    )
-    return fallback
+    return fallback, Fallback(requested, fallback, tuple(mismatches), tuple(at_fault))
 
 
 def _arguments(
@@ -279,33 +332,140 @@ def _resolve(
     mismatch: Mismatch,
     mode: DeviceMismatchResolutionMode,
     fallback: torch.device,
-    warn: bool,
 ) -> torch.device:
+    """Return the device `mismatch` falls back to, or raise in `"fail"` mode."""
     if mode == "fail":
         raise EnvironmentConfigurationError(
             f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
         )
-    target = fallback if mismatch.session_device is None else mismatch.session_device
+    return fallback if mismatch.session_device is None else mismatch.session_device
+
+
+def _ending(context: str) -> str:
+    return f" ({context})" if context else ""
+
+
+NO_GPU_PROVIDER = "no_gpu_provider"
+"""`odg_reason` of a fallback: the session runs no GPU-capable provider."""
+DEVICE_ID_MISMATCH = "device_id_mismatch"
+"""`odg_reason` of a fallback: the session's GPU provider runs on another GPU."""
+SESSIONS_DISAGREE = "sessions_disagree"
+"""`odg_reason` of a fallback: a model's sessions run on different GPUs."""
+
+
+class Fallback:
+    """A mismatch that `"fallback"` mode resolved, kept until it is reported."""
+
+    __slots__ = ("aligned", "disagreeing", "mismatches", "requested")
+
+    def __init__(
+        self,
+        requested: torch.device,
+        aligned: torch.device,
+        mismatches: tuple[Mismatch, ...],
+        disagreeing: tuple[str, ...] = (),
+    ) -> None:
+        self.requested = requested
+        """The device the model asked for."""
+        self.aligned = aligned
+        """The device the model gets instead."""
+        self.mismatches = mismatches
+        """Each session that could not read the device, in the order they were checked."""
+        self.disagreeing = disagreeing
+        """The sessions that cannot read the device the others run on, if they disagree."""
+
+    @property
+    def reason(self) -> str:
+        """A short, stable kind string: why the device had to change."""
+        return SESSIONS_DISAGREE if self.disagreeing else self.mismatches[0].reason
+
+    @property
+    def help_url(self) -> str:
+        """The troubleshooting section that explains this fallback."""
+        return _DISAGREE_HELP if self.disagreeing else self.mismatches[0].help_url
+
+    def message(self, *, applied: bool = True, context: str = "") -> str:
+        """The log line: what was wrong, what the model uses now, and the fix.
+
+        `applied=False` says that the device was only checked (a model with
+        no device attribute to write it to); `context` ends the line.
+        """
+        target = repr(str(self.aligned))
+        if self.disagreeing:
+            problem = (
+                "The model's sessions run on different GPUs, so no single CUDA device serves "
+                f"them all ({', '.join(repr(name) for name in self.disagreeing)} cannot read "
+                "the GPU the others run on)."
+            )
+            fixes = [
+                "Create every session with the same provider option 'device_id' to keep "
+                "them on one GPU."
+            ]
+        else:
+            problem = " ".join(mismatch.problem for mismatch in self.mismatches)
+            fixes = list(dict.fromkeys(mismatch.fix for mismatch in self.mismatches))
+        outcome = (
+            f"Using {target} instead."
+            if applied
+            else "The model has no device attribute, so it was left as it is; a fallback "
+            f"would use {target}."
+        )
+        return f"{problem} {outcome} {' '.join(fixes)}{_ending(context)}"
+
+    def fields(
+        self,
+        *,
+        applied: bool = True,
+        factory: str | None = None,
+        device_attr: str | None = None,
+    ) -> dict[str, Any]:
+        """The structured fields of the log record (see the guide's list)."""
+        at_fault = self.disagreeing or tuple(
+            mismatch.session_name for mismatch in self.mismatches if mismatch.session_name
+        )
+        return {
+            "odg_event": "fallback",
+            "odg_reason": self.reason,
+            "odg_requested_device": str(self.requested),
+            "odg_aligned_device": str(self.aligned),
+            "odg_applied": applied,
+            "odg_providers": list(self.mismatches[0].providers),
+            "odg_sessions": list(at_fault),
+            "odg_factory": factory,
+            "odg_device_attr": device_attr,
+            "odg_help_url": self.help_url,
+        }
+
+
+def report_fallback(
+    fallback: Fallback,
+    warn: bool,
+    *,
+    applied: bool = True,
+    context: str = "",
+    factory: str | None = None,
+    device_attr: str | None = None,
+) -> None:
+    """Log `fallback` on the library's logger, at WARNING (or DEBUG when `warn` is off)."""
     level = logging.WARNING if warn else logging.DEBUG
     if logger.isEnabledFor(level):  # the texts are only written for a record that is kept
-        logger.log(level, "%s Using %r instead. %s", mismatch.problem, str(target), mismatch.fix)
-    return target
-
-
-def _log(warn: bool, message: str, *args: object) -> None:
-    logger.log(logging.WARNING if warn else logging.DEBUG, message, *args)
+        logger.log(
+            level,
+            fallback.message(applied=applied, context=context),
+            extra=fallback.fields(applied=applied, factory=factory, device_attr=device_attr),
+        )
 
 
 @contextmanager
 def aligned_device(
-    session: object,
+    session: object | Sequence[object],
     device: DeviceLike,
     *,
     resolution_mode: DeviceMismatchResolutionMode | None = None,
     fallback_device: DeviceLike | None = None,
     warn: bool | None = None,
 ) -> Iterator[torch.device]:
-    """Align `device` with `session` on entry and yield the result.
+    """Align `device` with `session` (or with several sessions) on entry and yield the result.
 
     The options also hold for the whole block, as a
     [`device_policy`][onnx_device_guard.device_policy] scope with the same
@@ -314,7 +474,8 @@ def aligned_device(
 
     Args:
         session: An initialised `onnxruntime.InferenceSession` or any object
-            with `get_providers()`.
+            with `get_providers()`; or a list or tuple of them (a pipeline of
+            several models), in which case the device must suit every one.
         device: The torch device the code in the block wants to use.
         resolution_mode: `"fallback"` or `"fail"`; `None` keeps the
             enclosing scope's.
@@ -328,9 +489,11 @@ def aligned_device(
 
     Raises:
         ModelInputError: An argument cannot be used (see
-            [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session]).
-        EnvironmentConfigurationError: The session cannot read `device` and
-            the mode is `"fail"`.
+            [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session]),
+            or the list of sessions is empty.
+        EnvironmentConfigurationError: A session cannot read `device` and
+            the mode is `"fail"`; or the sessions run on different GPUs and
+            cannot all read the fallback device either.
 
     Examples:
         A script that prefers the GPU but must also run where onnxruntime
@@ -354,6 +517,29 @@ def aligned_device(
         ... except EnvironmentConfigurationError as error:
         ...     print(error.help_url)
         https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#no-data-transfer-registered
+
+        A pipeline of three sessions needs one block, not three:
+
+        >>> with aligned_device([CPUSession()] * 3, "cuda", warn=False) as device:
+        ...     device
+        device(type='cpu')
     """
+    sessions = _session_list(session)
     with device_policy(resolution_mode, fallback_device, warn):
-        yield align_device_with_onnx_session(session, device)
+        if sessions is None:
+            yield align_device_with_onnx_session(session, device)
+        else:
+            names = [f"sessions[{number}]" for number in range(len(sessions))]
+            yield align_device_with_onnx_sessions(sessions, device, names=names)
+
+
+def _session_list(value: object) -> list[object] | None:
+    """`value` as a list of sessions if it is a list or tuple of them, else `None`."""
+    if not isinstance(value, list | tuple):
+        return None
+    if not value:
+        raise ModelInputError(
+            "aligned_device needs a session or a non-empty list of sessions; got an empty "
+            f"{type(value).__name__}."
+        )
+    return list(value)

@@ -1,0 +1,416 @@
+"""Finding a model's sessions and its device attribute.
+
+The guard reads a model object it did not write: a loader's result from
+another package. Every attribute read here is wrapped, so that a property
+that raises (`next(self.parameters()).device` on a module without
+parameters) or a `__getattr__` that raises `KeyError` becomes a
+`DeviceGuardError` naming the attribute, never a stray error from inside.
+
+Discovery, for models that keep their sessions under other names, walks the
+model's instance attributes (the instance `__dict__` and `__slots__`, read
+through the type's own descriptors) and the items of lists, tuples and
+dicts, without calling a property, a method or a container's own methods.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import pathlib
+import re
+import types
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ._errors import DeviceGuardError, ModelInputError
+
+logger = logging.getLogger("onnx_device_guard")
+
+MISSING: Any = object()
+"""What a read returns for an attribute the object does not have."""
+
+DEFAULT_SESSION_ATTRS = ("_session", "session")
+"""The attributes tried for the session before discovery."""
+
+DEFAULT_DEVICE_ATTRS = ("_device", "device")
+"""The attributes tried for the device, in order."""
+
+MAX_DEPTH = 3
+"""How many attribute levels discovery goes down (`a.b.c` is three)."""
+
+MAX_ITEMS = 64
+"""How many items of one list, tuple or dict discovery looks at (a session is in the first few)."""
+
+MAX_ATTRIBUTES = 1024
+"""How many instance attributes of one object discovery looks at."""
+
+MAX_NESTING = 3
+"""How many containers deep discovery goes within one attribute (`a[0][1][2]`)."""
+
+MAX_VALUES = 4096
+"""How many values one discovery looks at in all, whatever the model's shape."""
+
+SessionSource = tuple[str, ...] | Callable[[Any], object] | None
+"""`session_attr` once checked: attribute paths, a callable, or `None` (the defaults)."""
+
+_LEAVES = (
+    str,
+    bytes,
+    bytearray,
+    int,
+    float,
+    complex,
+    type(None),
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    range,
+    slice,
+    enum.Enum,
+    pathlib.PurePath,
+    logging.Logger,
+    logging.Handler,
+    re.Pattern,
+)
+"""Values whose attributes are never searched: they cannot hold a model's session."""
+
+
+def factory_name(factory: object) -> str:
+    """The factory's qualified name, for messages and log fields."""
+    name = getattr(factory, "__qualname__", None)
+    return name if isinstance(name, str) else safe_repr(factory)
+
+
+def describe(model: object, factory: object | None) -> str:
+    """The start of a message about `model`: which factory returned it, if any."""
+    if factory is None:
+        return f"The model {type(model).__name__}"
+    return f"The factory {factory_name(factory)} returned {type(model).__name__}"
+
+
+def context(model: object, factory: object | None) -> str:
+    """A short note naming the model and its factory, to end a message with."""
+    if factory is None:
+        return f"model {type(model).__name__}"
+    return f"model {type(model).__name__}, returned by the factory {factory_name(factory)}"
+
+
+def safe_repr(value: object, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters, or a placeholder when repr raises."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def error_text(error: BaseException, limit: int = 200) -> str:
+    """`Type: message` of `error`, cut to `limit` characters, however broken its `str`."""
+    try:
+        text = str(error)
+    except Exception:
+        text = "<the error's message cannot be shown>"
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def read_attribute(
+    owner: object, name: str, model: object, factory: object | None, path: str | None = None
+) -> Any:
+    """Return `owner.<name>`, or `MISSING` when it has no such attribute.
+
+    Anything else the lookup raises becomes a `DeviceGuardError` naming the
+    factory, the attribute (`path`, for a part of a dotted path) and the
+    original error, which it is chained to.
+    """
+    try:
+        return getattr(owner, name, MISSING)
+    except Exception as error:
+        raise DeviceGuardError(
+            f"{describe(model, factory)}, and reading its attribute {path or name!r} raised "
+            f"{error_text(error)}. Make the attribute readable on the returned object, or "
+            "pass session_attr=/device_attr= (or device=) so the guard does not need it."
+        ) from error
+
+
+# --- session_attr ------------------------------------------------------------
+
+
+def session_source(value: object) -> SessionSource:
+    """Check `session_attr` when the guard is built; raise `ModelInputError` if unusable."""
+    if value is None:
+        return None
+    if callable(value) and not isinstance(value, str | type):
+        return value
+    paths = (value,) if isinstance(value, str) else value
+    if (
+        isinstance(paths, tuple | list)
+        and paths
+        and all(
+            isinstance(path, str) and all(part.isidentifier() for part in path.split("."))
+            for path in paths
+        )
+    ):
+        return tuple(paths)
+    raise ModelInputError(
+        "session_attr must be an attribute name or a dotted path ('detector.infer.session'), "
+        "a tuple of them, or a callable that takes the model and returns its session or "
+        f"sessions; got {type(value).__name__} {safe_repr(value)}."
+    )
+
+
+def find_sessions(
+    model: object, source: SessionSource, factory: object | None
+) -> tuple[list[tuple[str, object]], tuple[str, ...]]:
+    """Return the model's sessions with the path of each, and what was searched.
+
+    The second item lists the attribute paths looked at, for the error when
+    nothing is found. `None` values found at explicit paths are returned
+    as they are; the caller decides what they mean.
+    """
+    if source is None:
+        for name in DEFAULT_SESSION_ATTRS:
+            value = read_attribute(model, name, model, factory)
+            if value is not MISSING:
+                return [(name, value)], (name,)
+        found, searched = discover_sessions(model)
+        if found:
+            logger.debug(
+                "%s: found onnxruntime sessions at %s.",
+                describe(model, factory),
+                ", ".join(repr(path) for path, _ in found),
+            )
+        return found, DEFAULT_SESSION_ATTRS + searched
+    if isinstance(source, tuple):
+        return _sessions_at_paths(model, source, factory), source
+    return _sessions_from_callable(model, source, factory), ()
+
+
+def _sessions_at_paths(
+    model: object, paths: tuple[str, ...], factory: object | None
+) -> list[tuple[str, object]]:
+    found: list[tuple[str, object]] = []
+    missing: list[str] = []
+    for path in paths:
+        value = _follow(model, path, factory)
+        if value is MISSING:
+            missing.append(path)
+        else:
+            found.append((path, value))
+    if missing and found:  # some there, some not: the model is not what session_attr says
+        raise DeviceGuardError(
+            f"{describe(model, factory)} without the session attribute(s) "
+            f"{', '.join(repr(path) for path in missing)} named in session_attr={paths!r}. "
+            "Return a model that has them, or fix session_attr."
+        )
+    return found
+
+
+def _follow(model: object, path: str, factory: object | None) -> Any:
+    """The value at dotted `path` below `model`, or `MISSING` when a part is absent."""
+    value = model
+    parts = path.split(".")
+    for number, part in enumerate(parts):
+        value = read_attribute(value, part, model, factory, ".".join(parts[: number + 1]))
+        if value is MISSING:
+            return MISSING
+    return value
+
+
+def _sessions_from_callable(
+    model: object, source: Callable[[Any], object], factory: object | None
+) -> list[tuple[str, object]]:
+    name = f"session_attr={factory_name(source)}"
+    try:
+        result = source(model)
+        if result is None:
+            return []
+        if _looks_like_session_or_unknown(result) or not isinstance(result, Iterable):
+            return [(f"{name}(model)", result)]
+        return [(f"{name}(model)[{number}]", session) for number, session in enumerate(result)]
+    except DeviceGuardError:
+        raise
+    except Exception as error:
+        raise DeviceGuardError(
+            f"{describe(model, factory)}, and {name} raised {error_text(error)} on it. "
+            "Make the callable return the model's session, or an iterable of its sessions."
+        ) from error
+
+
+def _looks_like_session_or_unknown(value: object) -> bool:
+    """Whether a callable's result is one session (or not an iterable of them)."""
+    if callable(getattr(value, "get_providers", None)):
+        return True
+    return not isinstance(value, Iterable) or isinstance(value, str | bytes)
+
+
+# --- discovery ---------------------------------------------------------------
+
+
+def is_session(value: object) -> bool:
+    """Whether `value` looks like an onnxruntime session: callable `get_providers` and `run`.
+
+    Both are looked up on the value's type, so no instance `__getattr__`
+    runs.
+    """
+    cls = type(value)
+    try:
+        return callable(getattr(cls, "get_providers", None)) and callable(getattr(cls, "run", None))
+    except Exception:  # a metaclass whose lookup raises: not a session
+        return False
+
+
+def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[str, ...]]:
+    """Find the sessions among `model`'s instance attributes, breadth first.
+
+    Goes `MAX_DEPTH` attribute levels down, through lists, tuples and dicts,
+    looking at no more than `MAX_ITEMS` items of one container and
+    `MAX_VALUES` values in all, and visiting each object once (cycles end
+    there). Returns the sessions found with their paths (each session once,
+    under the first path it was found at), and the attribute paths searched.
+    """
+    found: list[tuple[str, object]] = []
+    searched: list[str] = []
+    seen = {id(model)}
+    level: list[tuple[object, str]] = [(model, "")]
+    budget = MAX_VALUES
+    for depth in range(1, MAX_DEPTH + 1):
+        below: list[tuple[object, str]] = []
+        for owner, owner_path in level:
+            prefix = f"{owner_path}." if owner_path else ""
+            for name, value in _instance_attributes(owner):
+                path = prefix + name
+                searched.append(path)
+                budget -= 1
+                if type(value) in _SCALARS:  # most attributes: nothing to look into
+                    continue
+                pending: list[tuple[str, object, int]] = [(path, value, 0)]
+                while pending:
+                    item_path, item, nesting = pending.pop()
+                    kind = type(item)
+                    if kind in _SCALARS:
+                        continue
+                    if (
+                        kind is dict
+                        or kind is list
+                        or kind is tuple
+                        or isinstance(item, _CONTAINERS)
+                    ):
+                        if nesting < MAX_NESTING:
+                            children = _items(item, item_path)
+                            budget -= len(children)
+                            pending.extend((p, v, nesting + 1) for p, v in reversed(children))
+                        continue
+                    if id(item) in seen or isinstance(item, _LEAVES):
+                        continue
+                    seen.add(id(item))
+                    if is_session(item):
+                        found.append((item_path, item))
+                    elif depth < MAX_DEPTH:
+                        below.append((item, item_path))
+                if budget < 0:
+                    return found, tuple(searched)
+        level = below
+    return found, tuple(searched)
+
+
+_SCALARS = frozenset({str, bytes, int, float, bool, complex, type(None)})
+"""Exact types skipped at once, the most common values in a model's attributes."""
+
+_CONTAINERS = (list, tuple, dict)
+
+
+def _items(container: object, path: str) -> list[tuple[str, object]]:
+    """The first `MAX_ITEMS` items of a list, tuple or dict, read with the base type's methods."""
+    if isinstance(container, dict):
+        pairs: Iterable[tuple[object, object]] = itertools.islice(dict.items(container), MAX_ITEMS)
+    elif isinstance(container, list):
+        pairs = enumerate(list.__getitem__(container, slice(0, MAX_ITEMS)))
+    else:
+        pairs = enumerate(tuple.__getitem__(container, slice(0, MAX_ITEMS)))  # type: ignore[call-overload]
+    return [
+        (f"{path}[{key!r}]" if type(key) in (str, int) else f"{path}[...]", item)
+        for key, item in pairs
+    ]
+
+
+def _instance_attributes(owner: object) -> list[tuple[str, object]]:
+    """The values in `owner`'s instance `__dict__` and slots; never runs a property."""
+    try:
+        cls = type(owner)
+        layout = _LAYOUTS.get(cls)
+        if layout is None:
+            layout = _LAYOUTS[cls] = _layout(cls)
+        dict_descriptor, slots = layout
+        values: list[tuple[str, object]] = []
+        if dict_descriptor is not None:
+            namespace = dict_descriptor.__get__(owner, cls)
+            if isinstance(namespace, dict):
+                values.extend(
+                    (name, value)
+                    for name, value in itertools.islice(dict.items(namespace), MAX_ATTRIBUTES)
+                    if type(name) is str
+                )
+        for name, descriptor in slots:
+            try:
+                values.append((name, descriptor.__get__(owner, cls)))
+            except AttributeError:  # a slot never set
+                continue
+        return values
+    except Exception:  # an odd object: search the rest of the model
+        return []
+
+
+_Layout = tuple[Any, tuple[tuple[str, Any], ...]]
+
+_LAYOUTS: weakref.WeakKeyDictionary[type, _Layout] = weakref.WeakKeyDictionary()
+"""Per class: the descriptor of its instances' `__dict__` (or `None`) and its slots."""
+
+
+def _layout(cls: type) -> _Layout:
+    """Where a class's instances keep their attributes, read off the class's own namespace."""
+    dict_descriptor = None
+    for klass in cls.__mro__:
+        descriptor = klass.__dict__.get("__dict__")
+        if descriptor is not None:
+            if isinstance(descriptor, types.GetSetDescriptorType):
+                dict_descriptor = descriptor
+            break
+    slots: list[tuple[str, Any]] = []
+    for klass in cls.__mro__:
+        names = klass.__dict__.get("__slots__", ())
+        for name in (names,) if isinstance(names, str) else names:
+            descriptor = klass.__dict__.get(name)
+            if isinstance(descriptor, types.MemberDescriptorType):
+                slots.append((name, descriptor))
+    return dict_descriptor, tuple(slots)
+
+
+# --- the device attribute ----------------------------------------------------
+
+
+def find_device_attribute(
+    model: object, device_attr: str | None, factory: object | None
+) -> tuple[str, object] | None:
+    """Return the model's device attribute and its value, or `None` if it has none.
+
+    An explicitly named `device_attr` must exist.
+    """
+    if device_attr is None:
+        for name in DEFAULT_DEVICE_ATTRS:
+            value = read_attribute(model, name, model, factory)
+            if value is not MISSING:
+                return name, value
+        return None
+    value = read_attribute(model, device_attr, model, factory)
+    if value is MISSING:
+        raise DeviceGuardError(
+            f"{describe(model, factory)} without the device attribute {device_attr!r} named in "
+            "device_attr. Return a model that has it, or fix device_attr."
+        )
+    return device_attr, value

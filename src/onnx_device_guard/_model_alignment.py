@@ -1,0 +1,351 @@
+"""Aligning a model object: find its sessions and device, align, write back, report.
+
+One function, `align_model`, does the whole job for `device_guard`, for
+`realign` and for anything else that aligns a model it did not build.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+from ._alignment import _arguments, find_mismatch, plan_alignment, report_fallback
+from ._call_device import DeviceOption, device_option, requested_device
+from ._devices import DeviceLike, as_device
+from ._discovery import (
+    DEFAULT_DEVICE_ATTRS,
+    MISSING,
+    SessionSource,
+    context,
+    describe,
+    error_text,
+    factory_name,
+    find_device_attribute,
+    find_sessions,
+    safe_repr,
+    session_source,
+)
+from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
+from ._policy import DeviceMismatchResolutionMode, check_mode
+
+logger = logging.getLogger("onnx_device_guard")
+
+SessionAttr = str | tuple[str, ...] | Callable[[Any], object | Iterable[object]]
+"""What `session_attr` takes: a name or dotted path, a tuple of them, or a callable."""
+
+DeviceSource = DeviceLike | Callable[[dict[str, Any]], DeviceLike]
+"""What `device` takes: a device, or a callable of the call's arguments returning one."""
+
+_Options = TypeVar("_Options", bound="AlignOptions")
+
+_SEARCHED_SHOWN = 12
+"""How many of the searched attribute paths an error lists."""
+
+
+@dataclass(frozen=True)
+class AlignOptions:
+    """How to align a model: the options of `device_guard` and `realign`, checked once."""
+
+    resolution_mode: DeviceMismatchResolutionMode | None
+    fallback_device: torch.device | None
+    session_source: SessionSource
+    device_attr: str | None
+    device: DeviceOption = None
+    require_session: bool = True
+
+    @classmethod
+    def build(
+        cls: type[_Options],
+        resolution_mode: object = None,
+        fallback_device: object = None,
+        session_attr: object = None,
+        device_attr: object = None,
+        *,
+        device: object = None,
+        require_session: object = True,
+    ) -> _Options:
+        """Check every option, raising `ModelInputError` for one that cannot be used."""
+        if device_attr is not None and device is not None:
+            raise ModelInputError(
+                f"Pass device_attr={device_attr!r} or device={safe_repr(device)}, not both: "
+                "device_attr names the model's own device attribute, which the guard reads "
+                "and writes; device= is for models that have none."
+            )
+        if not isinstance(require_session, bool):
+            raise ModelInputError(
+                "require_session must be True or False; "
+                f"got {type(require_session).__name__} {safe_repr(require_session)}."
+            )
+        return cls(
+            resolution_mode=None if resolution_mode is None else check_mode(resolution_mode),
+            fallback_device=(
+                None if fallback_device is None else as_device(fallback_device, "fallback_device")
+            ),
+            session_source=session_source(session_attr),
+            device_attr=None if device_attr is None else _device_attr(device_attr),
+            device=device_option(device),
+            require_session=require_session,
+        )
+
+
+def _device_attr(value: object) -> str:
+    if isinstance(value, str) and value.isidentifier():
+        return value
+    raise ModelInputError(f"device_attr must be one attribute name; got {safe_repr(value)}.")
+
+
+def align_model(
+    model: object,
+    options: AlignOptions,
+    factory: object | None = None,
+    args: tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] | None = None,
+) -> torch.device | None:
+    """Align `model`'s device with its sessions; return the device they read.
+
+    The sessions come from `options.session_source` (by default `_session`,
+    `session`, then discovery). The device comes from the model's device
+    attribute, which gets the aligned device written back; a model without
+    one is only checked, with the device from `options.device` or from the
+    `device` argument of the call of `factory` with `args` and `kwargs`.
+    A fallback is logged only after the write-back succeeded.
+
+    Returns `None`, and leaves the model as it is, when it holds no session
+    and `options.require_session` is off.
+    """
+    if options.session_source is None and options.device_attr is None:
+        # The usual shape, a session and a device under the default names, kept
+        # as fast as a bare check when they agree; anything else takes the full
+        # path below, which reads the attributes again and reports properly.
+        try:
+            session = getattr(model, "_session", MISSING)
+            if session is MISSING:
+                session = getattr(model, "session", MISSING)
+            current = getattr(model, "_device", MISSING)
+            if current is MISSING:
+                current = getattr(model, "device", MISSING)
+            if session is not MISSING and current is not MISSING:
+                requested = _arguments(options.resolution_mode, current, options.fallback_device)[2]
+                if find_mismatch(session, requested) is None:
+                    return requested
+        except Exception:  # the full path reads again and raises the right error
+            pass
+    return _align_model(model, options, factory, args, kwargs)
+
+
+def _align_model(
+    model: object,
+    options: AlignOptions,
+    factory: object | None,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+) -> torch.device | None:
+    sessions, searched = find_sessions(model, options.session_source, factory)
+    if not options.require_session:
+        sessions = [(path, session) for path, session in sessions if session is not None]
+    if not sessions:
+        if options.require_session:
+            raise _no_session(model, factory, options.session_source, searched)
+        logger.debug(
+            "%s, which holds no onnxruntime session; left as it is (require_session=False).",
+            describe(model, factory),
+        )
+        return None
+    attribute = find_device_attribute(model, options.device_attr, factory)
+    if attribute is not None:
+        device_name: str | None = attribute[0]
+        current: Any = attribute[1]
+        source = f"its device attribute {device_name!r}"
+    else:
+        device_name = None
+        found = requested_device(options.device, factory, args, kwargs, model)
+        if found is None:
+            raise _no_device(model, factory)
+        current, source = found
+    names = [path for path, _ in sessions]
+    try:
+        policy, mode, requested, fallback = _arguments(
+            options.resolution_mode, current, options.fallback_device
+        )
+        aligned, report = plan_alignment(
+            [session for _, session in sessions], names, requested, mode, fallback
+        )
+    except ModelInputError as error:
+        raise ModelInputError(
+            f"{describe(model, factory)}, with session attribute(s) "
+            f"{', '.join(repr(name) for name in names)} and {source}: {error.message}",
+            help_url=error.help_url,
+        ) from error
+    except EnvironmentConfigurationError as error:
+        single = "" if len(names) > 1 else f"; session {names[0]!r}"
+        raise EnvironmentConfigurationError(
+            f"{error.message} ({context(model, factory)}{single}; device from {source})",
+            help_url=error.help_url,
+        ) from None
+    if report is None:
+        return aligned
+    if device_name is not None and aligned != requested:
+        value: object = str(aligned) if isinstance(current, str) else aligned
+        try:
+            setattr(model, device_name, value)
+        except Exception as error:
+            raise DeviceGuardError(
+                f"{describe(model, factory)} whose device attribute {device_name!r} cannot "
+                f"be set to {value!r} ({error_text(error)}). Make it writable, or pass "
+                "device_attr= naming an attribute that is."
+            ) from error
+    report_fallback(
+        report,
+        policy.warn,
+        applied=device_name is not None,
+        context=f"{context(model, factory)}; device from {source}",
+        factory=None if factory is None else factory_name(factory),
+        device_attr=device_name,
+    )
+    return aligned
+
+
+def _no_session(
+    model: object, factory: object | None, source: SessionSource, searched: tuple[str, ...]
+) -> DeviceGuardError:
+    if isinstance(source, tuple):
+        detail = (
+            f" without the session attribute(s) {', '.join(repr(path) for path in source)} "
+            f"named in session_attr={source!r}. Return a model that has them, fix "
+            "session_attr, or pass require_session=False to let results without a session "
+            "through."
+        )
+    elif source is not None:
+        detail = (
+            f", and session_attr={factory_name(source)} found no session on it. Make the "
+            "callable return the model's session(s), or pass require_session=False to let "
+            "results without a session through."
+        )
+    else:
+        shown = ", ".join(repr(path) for path in searched[:_SEARCHED_SHOWN])
+        more = len(searched) - _SEARCHED_SHOWN
+        detail = (
+            f", which has none of the session attributes tried, and no object with "
+            f"get_providers() and run() among its instance attributes (searched {shown}"
+            f"{f' and {more} more' if more > 0 else ''}). Return the model object, pass "
+            "session_attr= naming the attribute (or dotted path) that holds its session, or "
+            "require_session=False to let results without a session through."
+        )
+    return _unusable(model, factory, detail)
+
+
+def _no_device(model: object, factory: object | None) -> DeviceGuardError:
+    tried = ", ".join(repr(name) for name in DEFAULT_DEVICE_ATTRS)
+    where = "" if factory is None else ", and the factory has no device parameter"
+    return _unusable(
+        model,
+        factory,
+        f", which has none of the device attributes tried ({tried}){where}, so the guard "
+        "cannot tell which device the model uses. Pass device= (a device such as 'cuda', or "
+        "a callable that works it out from the call's arguments), or device_attr= naming "
+        "the attribute that holds the model's device.",
+    )
+
+
+def _unusable(model: object, factory: object | None, detail: str) -> DeviceGuardError:
+    """The error for a model without what the guard needs."""
+    if factory is not None and inspect.isawaitable(model):  # a plain def returning a coroutine
+        close = getattr(model, "close", None)
+        if callable(close):
+            close()  # no "coroutine was never awaited" warning
+        return DeviceGuardError(
+            f"The factory {factory_name(factory)} returned an awaitable, but device_guard "
+            "only treats `async def` factories as asynchronous. Make the factory an "
+            "`async def`, or await inside it."
+        )
+    return DeviceGuardError(describe(model, factory) + detail)
+
+
+def realign(
+    model: object,
+    *,
+    resolution_mode: DeviceMismatchResolutionMode | None = None,
+    fallback_device: DeviceLike | None = None,
+    session_attr: SessionAttr | None = None,
+    device_attr: str | None = None,
+    device: DeviceLike | None = None,
+    require_session: bool = True,
+) -> torch.device | None:
+    """Align an existing model's device with its sessions again.
+
+    Finds the sessions and the device on `model` the way
+    [`device_guard`][onnx_device_guard.device_guard] does and aligns them:
+    for code that changes a session's providers itself
+    (`session.set_providers(...)`) or receives a model built elsewhere. A
+    changed device is written back to the model's device attribute, and a
+    fallback is logged after that; a model without a device attribute is
+    checked against `device=` and left as it is.
+
+    Args:
+        model: The model object.
+        resolution_mode: `"fail"` or `"fallback"`; `None` takes the policy
+            in force.
+        fallback_device: Where to go when a session runs no GPU-capable
+            provider; `None` takes the policy in force.
+        session_attr: As for `device_guard`: an attribute name or dotted
+            path, a tuple of them, or a callable returning the session(s).
+        device_attr: As for `device_guard`: the attribute that holds the
+            device.
+        device: The device to check a model without a device attribute
+            against (there is no factory call to read one from).
+        require_session: `False` returns `None` for a model that holds no
+            session instead of raising.
+
+    Returns:
+        The device the model's sessions can read (now on the model, if it
+        has a device attribute); `None` for a model without a session when
+        `require_session` is `False`.
+
+    Raises:
+        ModelInputError: An option cannot be used, or the model's session or
+            device attribute holds an unusable value.
+        DeviceGuardError: The model has no session or no device to check,
+            an attribute cannot be read, or the device attribute cannot be
+            written.
+        EnvironmentConfigurationError: In `"fail"` mode, a session cannot
+            read the model's device.
+
+    Examples:
+        A model whose session lost its GPU provider after it was built:
+
+        >>> from onnx_device_guard import realign
+        >>> class Session:
+        ...     def __init__(self):
+        ...         self.providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        ...     def get_providers(self):
+        ...         return self.providers
+        ...     def set_providers(self, providers):
+        ...         self.providers = providers
+        ...     def run(self, output_names, feeds):
+        ...         return []
+        >>> class Model:
+        ...     def __init__(self):
+        ...         self.session, self.device = Session(), "cuda"
+        >>> model = Model()
+        >>> realign(model)
+        device(type='cuda')
+        >>> model.session.set_providers(["CPUExecutionProvider"])
+        >>> realign(model, fallback_device="cpu")
+        device(type='cpu')
+        >>> model.device
+        'cpu'
+    """
+    options = AlignOptions.build(
+        resolution_mode,
+        fallback_device,
+        session_attr,
+        device_attr,
+        device=device,
+        require_session=require_session,
+    )
+    return align_model(model, options)
