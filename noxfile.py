@@ -46,7 +46,9 @@ def _on_path(python: str) -> bool:
     if executable is None:
         return False
     try:
-        return subprocess.run([executable, "-c", ""], capture_output=True, timeout=30).returncode == 0
+        return (
+            subprocess.run([executable, "-c", ""], capture_output=True, timeout=30).returncode == 0
+        )
     except (OSError, subprocess.SubprocessError):
         return False
 

@@ -16,6 +16,7 @@ PUBLIC_API = {
     "device_guard",
     "aligned_device",
     "device_policy",
+    "patch",
     "DeviceGuardError",
     "ModelInputError",
     "EnvironmentConfigurationError",

@@ -10,6 +10,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 import torch
 
 from ._alignment import align_device_with_onnx_session, align_device_with_onnx_sessions
+from ._classes import guard_class
 from ._devices import DeviceLike, as_device
 from ._errors import DeviceGuardError, ModelInputError
 from ._pickling import WrapperByReference
@@ -18,6 +19,7 @@ from ._policy import DeviceMismatchResolutionMode, check_mode
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+C = TypeVar("C", bound=type)
 
 _SESSION_ATTRS = ("_session", "session")
 _DEVICE_ATTRS = ("_device", "device")
@@ -27,6 +29,8 @@ class _Decorator(Protocol):
     """What `device_guard(...)` with options returns: a decorator keeping types."""
 
     @overload
+    def __call__(self, wrapped: C, /) -> C: ...
+    @overload
     def __call__(self, wrapped: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
     @overload
     def __call__(self, wrapped: staticmethod[P, R], /) -> staticmethod[P, R]: ...
@@ -34,6 +38,8 @@ class _Decorator(Protocol):
     def __call__(self, wrapped: Callable[P, R], /) -> Callable[P, R]: ...
 
 
+@overload
+def device_guard(wrapped: C, /) -> C: ...
 @overload
 def device_guard(wrapped: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
 @overload
@@ -173,6 +179,8 @@ class _GuardOptions:
                 "device_guard decorates a factory function or method; "
                 f"got {type(wrapped).__name__} {wrapped!r}."
             )
+        if isinstance(wrapped, type):
+            return guard_class(wrapped, self)
         return _GuardedFactory(wrapped, self)
 
     def align(self, model: object, factory: object) -> None:
