@@ -15,6 +15,7 @@ the last one is undone), and raises when the options differ.
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 import threading
@@ -141,13 +142,18 @@ def _patched_under_another_name(match: re.Match[str]) -> _Installation | None:
 
 def _guard_options(options: dict[str, Any]) -> _GuardOptions:
     """Validate `options` as `device_guard` does and return them, built."""
-    try:
-        decorator = device_guard(**options)
-    except TypeError as error:
+    accepted = [
+        name
+        for name, parameter in inspect.signature(device_guard).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
         raise ModelInputError(
-            f"patch() passes its options on to device_guard, which does not take "
-            f"{sorted(options)}: {error}."
-        ) from error
+            f"patch() got the option(s) {unknown}, which device_guard does not take; "
+            f"its options are {accepted}."
+        )
+    decorator = device_guard(**options)
     built = getattr(decorator, "__self__", None)
     assert isinstance(built, _GuardOptions)
     return built
