@@ -6,6 +6,7 @@ import copy
 import inspect
 import pickle
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -370,3 +371,56 @@ class TestTwiceAndUndo:
         before = dict(vars(Plain))
         unguard_class(Plain)
         assert dict(vars(Plain)) == before
+
+
+class TestOtherClassShapes:
+    """Dataclasses, slots and other ways classes are built."""
+
+    def test_guard_above_dataclass(self) -> None:
+        """@device_guard over @dataclass guards the dataclass's generated __init__."""
+
+        @device_guard
+        @dataclass
+        class Model:
+            session: Any
+            device: str = "cuda"
+
+        assert Model(cpu_session()).device == "cpu"
+
+    def test_guard_below_dataclass_is_a_clear_error(self) -> None:
+        """@dataclass over @device_guard would leave fields unset: the constructor says so."""
+
+        @dataclass
+        @device_guard
+        class Model:
+            session: Any = None
+            device: str = "cuda"
+
+        with pytest.raises(DeviceGuardError, match="Put @device_guard above @dataclass"):
+            Model()
+
+    def test_dataclass_without_init_is_guarded(self) -> None:
+        """A dataclass(init=False) with its own __init__ is guarded like any class."""
+
+        @device_guard
+        @dataclass(init=False)
+        class Model:
+            session: Any
+            device: str
+
+            def __init__(self) -> None:
+                self.session, self.device = cpu_session(), "cuda"
+
+        assert Model().device == "cpu"
+
+    def test_slots(self) -> None:
+        """A class with __slots__ (no instance __dict__) is guarded."""
+
+        @device_guard
+        class Model:
+            __slots__ = ("device", "session")
+
+            def __init__(self) -> None:
+                self.session, self.device = cpu_session(), "cuda"
+
+        assert Model().device == "cpu"

@@ -302,6 +302,7 @@ class TestNotYetImported:
         try:
             with pytest.raises(ModelInputError, match="'lod'"):
                 fake_package.module(".models")
+            assert fake_package.target(".models") not in sys.modules
         finally:
             handle.undo()
 

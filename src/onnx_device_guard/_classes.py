@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._errors import ModelInputError
+from ._errors import DeviceGuardError, ModelInputError
 
 if TYPE_CHECKING:
     from ._decorator import _GuardOptions
@@ -165,6 +165,15 @@ def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
     if init is _MISSING:
 
         def original(self: object, *args: Any, **kwargs: Any) -> None:
+            params = cls.__dict__.get("__dataclass_params__")
+            if params is not None and getattr(params, "init", False):
+                # @dataclass ran after the guard and kept the guard's __init__
+                # instead of writing its own: the fields would never be set.
+                raise DeviceGuardError(
+                    f"{cls.__qualname__} was guarded before @dataclass could write its "
+                    "__init__. Put @device_guard above @dataclass, so that it guards the "
+                    "finished class."
+                )
             mro = type(self).__mro__
             owner = next(k for k in mro[mro.index(cls) + 1 :] if "__init__" in k.__dict__)
             if owner is not object:

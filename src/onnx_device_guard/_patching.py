@@ -129,14 +129,17 @@ def _patched_under_another_name(match: re.Match[str]) -> _Installation | None:
     """The patch that already replaced the target, when it is loaded and was patched."""
     owner: object = sys.modules.get(match["module"], _MISSING)
     *path, name = match["path"].split(".")
-    for part in path:
-        owner = getattr(owner, part, _MISSING)
-    if owner is _MISSING:
+    try:
+        for part in path:
+            owner = getattr(owner, part, _MISSING)
+        if owner is _MISSING:
+            return None
+        if isinstance(owner, type) and path:
+            value = owner.__dict__.get(name, _MISSING)
+        else:
+            value = getattr(owner, name, _MISSING)
+    except Exception:  # a lazy attribute that fails to load: apply() reports it
         return None
-    if isinstance(owner, type) and path:
-        value = owner.__dict__.get(name, _MISSING)
-    else:
-        value = getattr(owner, name, _MISSING)
     return _owners.get(id(value))
 
 
@@ -229,8 +232,6 @@ class _Installation:
         self.path = path.split(".")
         self.options = options
         self.handles = 0
-        self.waiting = False
-        """Whether a post-import hook is waiting for the module."""
         self.applied = False
         self.cancelled = False
         self.undo_steps: list[Any] = []
@@ -240,14 +241,12 @@ class _Installation:
         if module is not None:
             self.apply(module)
             return
-        self.waiting = True
         wrapt.register_post_import_hook(self._on_import, self.module_name)
 
     def _on_import(self, module: types.ModuleType) -> None:
         with _lock:
             if self.cancelled or self.applied:
                 return
-            self.waiting = False
             try:
                 self.apply(module)
             except ModelInputError:
