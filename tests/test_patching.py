@@ -306,6 +306,27 @@ class TestNotYetImported:
         finally:
             handle.undo()
 
+    def test_two_names_patched_before_import_wrap_once(self, fake_package: FakePackage) -> None:
+        """Two names of one loader, both patched before the import, share one wrapper."""
+        with patch(fake_package.target(".models:load")), patch(fake_package.target(":load")):
+            package = fake_package.module()
+            guarded = package.models.load
+            assert package.load is guarded
+            assert guarded.__wrapped__ is not guarded
+            assert not hasattr(guarded.__wrapped__, "__wrapped__")
+        assert package.load is package.models.load
+
+    def test_two_names_with_other_options_before_import(self, fake_package: FakePackage) -> None:
+        """Other options under a second name raise out of the import."""
+        first = patch(fake_package.target(".models:load"))
+        second = patch(fake_package.target(":load"), resolution_mode="fail")
+        try:
+            with pytest.raises(ModelInputError, match="already patched as"):
+                fake_package.module()
+        finally:
+            second.undo()
+            first.undo()
+
     def test_a_class_target_on_import(self, fake_package: FakePackage) -> None:
         """A class is guarded in place when its module is imported."""
         with patch(fake_package.target(".models:Pipeline")):

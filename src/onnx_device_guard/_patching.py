@@ -269,10 +269,13 @@ class _Installation:
             owner = self._lookup(owner, name)
         name = self.path[-1]
         if isinstance(owner, type) and len(self.path) > 1:
-            self._patch_method(owner, name)
+            if not self._patched_already(owner.__dict__.get(name)):
+                self._patch_method(owner, name)
         else:
             value = self._lookup(owner, name)
-            if isinstance(value, type):
+            if self._patched_already(value):
+                pass
+            elif isinstance(value, type):
                 self._patch_class(value)
             elif callable(value):
                 self._patch_function(value)
@@ -282,6 +285,22 @@ class _Installation:
                     f"{type(value).__name__}, not a function, class or method."
                 )
         self.applied = True
+
+    def _patched_already(self, value: object) -> bool:
+        """Whether another patch (of this object under another name) put `value` there.
+
+        `patch()` finds such a patch itself when the module is loaded; this
+        covers targets patched under two names before their module was imported.
+        """
+        other = _owners.get(id(value))
+        if other is None or other is self:
+            return False
+        if other.options != self.options:
+            raise ModelInputError(
+                f"patch({self.target!r}): it is already patched as {other.target!r} with "
+                f"other options ({other.options}); patch it with those, or undo that patch."
+            )
+        return True
 
     def _lookup(self, owner: object, name: str) -> Any:
         try:
