@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._errors import DeviceGuardError, ModelInputError
@@ -60,6 +60,16 @@ class _ClassGuard:
     """Subclasses whose own `__init__` this guard wrapped, with the original."""
 
 
+def describe_options(options: _GuardOptions) -> str:
+    """The options that were set, as keyword arguments, for error messages."""
+    given = [
+        f"{item.name}={getattr(options, item.name)!r}"
+        for item in fields(options)
+        if getattr(options, item.name) is not None
+    ]
+    return ", ".join(given) if given else "no options"
+
+
 def guarded_options(cls: type) -> _GuardOptions | None:
     """The options of the nearest guarded class in `cls`'s MRO, or `None`."""
     for klass in cls.__mro__:
@@ -87,7 +97,8 @@ def guard_class(cls: C, options: _GuardOptions) -> C:
             return cls
         raise ModelInputError(
             f"The class {cls.__qualname__} is already guarded with other options "
-            f"({existing.options}); undo that guard before guarding it with {options}."
+            f"({describe_options(existing.options)}), so it cannot also be guarded with "
+            f"{describe_options(options)}. Guard it once, with the options it needs."
         )
     guard = _ClassGuard(
         options=options,

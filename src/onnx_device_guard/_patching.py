@@ -24,7 +24,13 @@ from typing import Any
 
 import wrapt
 
-from ._classes import guard_class, guarded_options, is_guarded, unguard_class
+from ._classes import (
+    describe_options,
+    guard_class,
+    guarded_options,
+    is_guarded,
+    unguard_class,
+)
 from ._decorator import _GuardOptions, device_guard
 from ._errors import ModelInputError
 
@@ -114,15 +120,16 @@ def patch(target: str, /, **options: Any) -> Patch:
         if installation is not None:
             if installation.options != guard:
                 raise ModelInputError(
-                    f"{target!r} is already patched with other options ({installation.options});"
-                    f" undo that patch before patching it with {guard}."
+                    f"{target!r} is already patched with other options "
+                    f"({describe_options(installation.options)}); undo that patch before "
+                    f"patching it with {describe_options(guard)}."
                 )
         else:
             installation = _Installation(target, match["module"], match["path"], guard)
             installation.start()
             _installed[target] = installation
         installation.handles += 1
-        return Patch(installation)
+        return Patch(installation, target)
 
 
 def _patched_under_another_name(match: re.Match[str]) -> _Installation | None:
@@ -182,14 +189,15 @@ class Patch:
         >>> del sys.modules["plain"]
     """
 
-    def __init__(self, installation: _Installation) -> None:
+    def __init__(self, installation: _Installation, target: str) -> None:
         self._installation = installation
+        self._target = target
         self._undone = False
 
     @property
     def target(self) -> str:
         """The target string given to `patch`."""
-        return self._installation.target
+        return self._target
 
     @property
     def active(self) -> bool:
@@ -298,7 +306,8 @@ class _Installation:
         if other.options != self.options:
             raise ModelInputError(
                 f"patch({self.target!r}): it is already patched as {other.target!r} with "
-                f"other options ({other.options}); patch it with those, or undo that patch."
+                f"other options ({describe_options(other.options)}); patch it with those, "
+                "or undo that patch."
             )
         return True
 
@@ -313,11 +322,12 @@ class _Installation:
         )
 
     def _patch_class(self, cls: type) -> None:
-        if is_guarded(cls):  # by device_guard in its own source: its guard stays
-            if guarded_options(cls) != self.options:
+        existing = guarded_options(cls)
+        if is_guarded(cls) and existing is not None:  # by device_guard in its source: it stays
+            if existing != self.options:
                 raise ModelInputError(
                     f"patch({self.target!r}): the class is already guarded with other "
-                    f"options ({guarded_options(cls)}); patch it with those, or not at all."
+                    f"options ({describe_options(existing)}); patch it with those, or not at all."
                 )
             return
         guard_class(cls, self.options)
