@@ -254,6 +254,23 @@ class TestSubclasses:
 
         assert C().session.reads == 1
 
+    def test_a_subclass_guarded_with_its_own_options_uses_them(self) -> None:
+        """The nearest guarded class in the MRO decides; the base keeps its own options."""
+
+        @device_guard
+        class Base:
+            def __init__(self) -> None:
+                self.session, self.device = cpu_session(), "cuda"
+
+        @device_guard(resolution_mode="fail")
+        class Strict(Base):
+            def __init__(self) -> None:
+                super().__init__()
+
+        assert Base().device == "cpu"
+        with pytest.raises(EnvironmentConfigurationError):
+            Strict()
+
     def test_recursive_construction_aligns_each_instance(self) -> None:
         """An __init__ that builds another instance aligns both, each once."""
 
