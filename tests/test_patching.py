@@ -8,6 +8,7 @@ import pickle
 import re
 import sys
 import textwrap
+import threading
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -254,6 +255,13 @@ class TestMethods:
             assert models.SubLoader().open().device == "cpu"
         assert vars(models.Loader)["open"] is raw
 
+    def test_patched_class_method_pickles(self, loaded_package: FakePackage) -> None:
+        """A patched class method pickles by reference and still guards after the trip."""
+        models = loaded_package.module(".models")
+        with patch(loaded_package.target(".models:Loader.from_pretrained")):
+            restored = pickle.loads(pickle.dumps(models.Loader.from_pretrained))
+            assert restored().device == "cpu"
+
     def test_inherited_method_is_patched_on_the_named_class(
         self, loaded_package: FakePackage
     ) -> None:
@@ -370,6 +378,29 @@ class TestIdempotence:
         undo_later(patch(loaded_package.target(".models:load")))
         with pytest.raises(ModelInputError, match="already patched with other options"):
             patch(loaded_package.target(".models:load"), resolution_mode="fail")
+
+    def test_concurrent_patches_install_one_wrapper(self, loaded_package: FakePackage) -> None:
+        """Threads patching one target at once share one wrapper, removed by the last undo."""
+        models = loaded_package.module(".models")
+        original = models.load
+        start = threading.Barrier(8)
+        handles: list[Any] = []
+
+        def patch_it() -> None:
+            start.wait()
+            handles.append(patch(loaded_package.target(".models:load")))
+
+        threads = [threading.Thread(target=patch_it) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(handles) == 8
+        assert models.load is not original
+        assert models.load.__wrapped__ is original
+        for handle in handles:
+            handle.undo()
+        assert models.load is original
 
     def test_undo_twice_is_harmless(self, loaded_package: FakePackage) -> None:
         """A handle undone twice does not undo another handle's patch."""
