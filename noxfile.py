@@ -46,7 +46,9 @@ def _on_path(python: str) -> bool:
     if executable is None:
         return False
     try:
-        return subprocess.run([executable, "-c", ""], capture_output=True, timeout=30).returncode == 0
+        return (
+            subprocess.run([executable, "-c", ""], capture_output=True, timeout=30).returncode == 0
+        )
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -124,13 +126,18 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python=TOOLS_PYTHON)
 def bench(session: nox.Session) -> None:
-    """Measure what the core, the guard and the import cost (not run by default).
+    """Measure what the core, the guard and the import cost, then the guard on real loaders.
 
-    Pass options through: ``nox -s bench -- --output results.json`` or ``-- --quick``.
+    Not run by default. Pass options through: ``nox -s bench -- --output
+    results.json`` or ``-- --quick``; the real packages' figures always go to
+    ``bench-realworld-results.json``, and take ``--quick`` only.
     """
     install_project(session)
     session.install("onnxruntime>=1.17")
     session.run("python", "benchmarks/bench.py", *session.posargs)
+    session.install(*REALWORLD_PACKAGES)
+    quick = ["--quick"] if "--quick" in session.posargs else []
+    session.run("python", "benchmarks/realworld_bench.py", *quick)
 
 
 @nox.session(python=TOOLS_PYTHON)

@@ -17,6 +17,7 @@ PUBLIC_API = {
     "aligned_device",
     "device_policy",
     "realign",
+    "patch",
     "DeviceGuardError",
     "ModelInputError",
     "EnvironmentConfigurationError",

@@ -8,8 +8,9 @@ from typing import Any
 import torch
 from typing_extensions import assert_type
 
-from onnx_device_guard import aligned_device, device_guard
+from onnx_device_guard import aligned_device, device_guard, patch
 
+from .guarded_classes import GuardedModel
 from .guarded_models import Model, load_model
 from .sessions import cpu_session
 
@@ -45,3 +46,33 @@ class TestGuardedFactoryTypes:
         session: Any = cpu_session()
         with aligned_device(session, "cuda") as device:
             assert_type(device, torch.device)
+
+
+class TestGuardedClassTypes:
+    """device_guard on a class returns the class itself, with its type."""
+
+    def test_bare_and_configured_forms_keep_the_class(self) -> None:
+        """Both forms return type[C]; instances keep their attributes' types."""
+        assert_type(GuardedModel, type[GuardedModel])
+        assert_type(GuardedModel().device, torch.device | str)
+
+        class Bare:
+            def __init__(self) -> None:
+                self.session, self.device = cpu_session(), "cuda"
+
+        class Configured(Bare):
+            pass
+
+        assert_type(device_guard(Bare), type[Bare])
+        assert_type(device_guard(fallback_device="cpu")(Configured), type[Configured])
+
+
+class TestPatchTypes:
+    """patch returns a handle usable as a context manager."""
+
+    def test_handle_types(self) -> None:
+        """patch() is typed as returning its handle, and `with` binds the handle."""
+        handle = patch("tests.guarded_models:load_model")
+        with handle as entered:
+            assert_type(entered.active, bool)
+        assert_type(handle.target, str)

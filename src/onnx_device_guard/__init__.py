@@ -8,6 +8,7 @@ binding. This package aligns the device up front:
 * `device_guard`, a decorator for `from_pretrained`-style factories;
 * `device_policy` and `aligned_device`, scopes for a block of code;
 * `realign`, to align an existing model object again;
+* `patch`, which guards another package's loader where it is defined;
 * `onnx-device-guard doctor`, a command that explains a mismatch.
 
 Documentation: https://onnx-device-guard.readthedocs.io/en/latest/
@@ -19,6 +20,7 @@ from ._alignment import align_device_with_onnx_session, aligned_device
 from ._decorator import device_guard
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
 from ._model_alignment import realign
+from ._patching import patch
 from ._policy import DeviceMismatchResolutionMode, device_policy
 from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
 
@@ -43,5 +45,6 @@ __all__ = [
     "aligned_device",
     "device_guard",
     "device_policy",
+    "patch",
     "realign",
 ]

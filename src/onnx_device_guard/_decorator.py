@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
+from ._classes import guard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._model_alignment import AlignOptions, DeviceSource, SessionAttr, align_model
@@ -15,11 +16,14 @@ from ._policy import DeviceMismatchResolutionMode
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+C = TypeVar("C", bound=type)
 
 
 class _Decorator(Protocol):
     """What `device_guard(...)` with options returns: a decorator keeping types."""
 
+    @overload
+    def __call__(self, wrapped: C, /) -> C: ...
     @overload
     def __call__(self, wrapped: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
     @overload
@@ -28,6 +32,8 @@ class _Decorator(Protocol):
     def __call__(self, wrapped: Callable[P, R], /) -> Callable[P, R]: ...
 
 
+@overload
+def device_guard(wrapped: C, /) -> C: ...
 @overload
 def device_guard(wrapped: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
 @overload
@@ -196,6 +202,8 @@ class _GuardOptions(AlignOptions):
                 "device_guard decorates a factory function or method; "
                 f"got {type(wrapped).__name__} {wrapped!r}."
             )
+        if isinstance(wrapped, type):
+            return guard_class(wrapped, self)
         return _GuardedFactory(wrapped, self)
 
     def align(

@@ -1,0 +1,456 @@
+"""patch(): guarding factories in small packages written to disk and imported."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import pickle
+import re
+import sys
+import textwrap
+import threading
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+import pytest
+
+from onnx_device_guard import EnvironmentConfigurationError, ModelInputError, patch
+
+from .logs import recorded_logs
+
+_names = itertools.count()
+
+MODELS = """
+class CPUSession:
+    def get_providers(self):
+        return ["CPUExecutionProvider"]
+
+    def run(self, outputs, feeds):
+        return [feeds]
+
+
+class Model:
+    def __init__(self, device="cuda"):
+        self.session = CPUSession()
+        self.device = device
+
+
+def load(device="cuda"):
+    return Model(device)
+
+
+class Loader:
+    @classmethod
+    def from_pretrained(cls, device="cuda"):
+        return Model(device)
+
+    @staticmethod
+    def build(device="cuda"):
+        return Model(device)
+
+    def open(self, device="cuda"):
+        return Model(device)
+
+
+class SubLoader(Loader):
+    pass
+
+
+class Pipeline:
+    def __init__(self, device="cuda"):
+        self.session = CPUSession()
+        self.device = device
+
+NOT_A_FACTORY = 3
+"""
+
+INIT = """
+from {name}.models import load, Pipeline
+from {name} import models
+"""
+
+APP = """
+from {name}.models import load as load_model
+from {name}.models import load
+"""
+
+LATE = """
+from {name}.models import load as late_load
+"""
+
+
+@dataclass
+class FakePackage:
+    """A package on sys.path: `<name>/__init__.py`, `models.py`, `app.py` and `late.py`."""
+
+    name: str
+
+    def module(self, suffix: str = "") -> types.ModuleType:
+        """Import the package or one of its modules (`suffix` like `.models`)."""
+        return importlib.import_module(self.name + suffix)
+
+    def target(self, spec: str) -> str:
+        """A target in this package: `target('.models:load')`."""
+        return self.name + spec
+
+    def aliases(self) -> list[Any]:
+        """Every name the loaded modules give `models.load`."""
+        return [
+            self.module().load,
+            self.module(".models").load,
+            self.module(".app").load_model,
+            self.module(".app").load,
+        ]
+
+
+@pytest.fixture
+def fake_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakePackage]:
+    """A fresh, not yet imported package of loaders; removed from sys.modules afterwards."""
+    name = f"fake_loaders_{next(_names)}"
+    root = tmp_path / name
+    root.mkdir()
+    (root / "__init__.py").write_text(textwrap.dedent(INIT.format(name=name)))
+    (root / "models.py").write_text(MODELS)
+    (root / "app.py").write_text(APP.format(name=name))
+    (root / "late.py").write_text(LATE.format(name=name))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield FakePackage(name)
+    for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[module]
+
+
+@pytest.fixture
+def loaded_package(fake_package: FakePackage) -> FakePackage:
+    """The fake package, with its package, `models` and `app` modules imported."""
+    fake_package.module(".app")
+    return fake_package
+
+
+@pytest.fixture
+def undo_later() -> Iterator[Callable[[Any], Any]]:
+    """Register handles to undo at the end of the test, even when it fails."""
+    handles: list[Any] = []
+
+    def later(handle: Any) -> Any:
+        handles.append(handle)
+        return handle
+
+    yield later
+    for handle in reversed(handles):
+        handle.undo()
+
+
+def _warnings(records: list[Any]) -> list[Any]:
+    return [record for record in records if record.levelname == "WARNING"]
+
+
+class TestFunction:
+    """A module-level function and its aliases."""
+
+    def test_every_alias_is_guarded(self, loaded_package: FakePackage) -> None:
+        """The defining module and every `from x import f` copy call the guarded loader."""
+        original = loaded_package.module(".models").load
+        with patch(loaded_package.target(".models:load")):
+            aliases = loaded_package.aliases()
+            assert all(alias is aliases[0] for alias in aliases)
+            assert aliases[0] is not original
+            with recorded_logs() as records:
+                assert [alias().device for alias in aliases] == ["cpu"] * 4
+            assert len(_warnings(records)) == 4
+
+    def test_undo_restores_every_alias(self, loaded_package: FakePackage) -> None:
+        """After undo() every alias is the original function object again."""
+        original = loaded_package.module(".models").load
+        handle = patch(loaded_package.target(".models:load"))
+        handle.undo()
+        assert all(alias is original for alias in loaded_package.aliases())
+        assert original().device == "cuda"
+
+    def test_undo_leaves_a_rebound_name_alone(self, loaded_package: FakePackage) -> None:
+        """A name the user rebound while patched keeps the user's value."""
+        app = loaded_package.module(".app")
+
+        def mine() -> None:
+            return None
+
+        with patch(loaded_package.target(".models:load")):
+            setattr(app, "load", mine)  # noqa: B010 - a module attribute mypy cannot see
+        assert app.load is mine
+        assert app.load_model is loaded_package.module(".models").load
+
+    def test_modules_imported_while_patched_are_restored(self, loaded_package: FakePackage) -> None:
+        """A module imported after patch() gets the guarded loader, and the original back."""
+        original = loaded_package.module(".models").load
+        with patch(loaded_package.target(".models:load")):
+            late = loaded_package.module(".late")
+            assert late.late_load().device == "cpu"
+        assert late.late_load is original
+
+    def test_a_target_through_the_package_is_patched_where_it_is_held(
+        self, loaded_package: FakePackage
+    ) -> None:
+        """'pkg:load' patches the function object, so the defining module sees it too."""
+        with patch(loaded_package.target(":load")):
+            assert loaded_package.module(".models").load().device == "cpu"
+
+    def test_options_are_forwarded(self, loaded_package: FakePackage) -> None:
+        """device_guard's options apply: fail mode raises out of the loader."""
+        with (
+            patch(loaded_package.target(".models:load"), resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError, match="CPUExecutionProvider"),
+        ):
+            loaded_package.module(".app").load_model()
+
+    def test_pickles_by_reference(self, loaded_package: FakePackage) -> None:
+        """The patched function pickles, with pickle and cloudpickle, to the patched one."""
+        with patch(loaded_package.target(".models:load")):
+            guarded = loaded_package.module(".models").load
+            assert pickle.loads(pickle.dumps(guarded)) is guarded
+            assert cloudpickle.loads(cloudpickle.dumps(guarded)) is guarded
+            model = pickle.loads(pickle.dumps(guarded()))
+            assert model.device == "cpu"
+
+    def test_unreadable_modules_are_skipped(
+        self, loaded_package: FakePackage, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A module whose attribute access raises (a lazy module, say) does not break patch()."""
+
+        class Hostile(types.ModuleType):
+            def __getattribute__(self, name: str) -> Any:
+                raise RuntimeError(f"lazy module: {name}")
+
+            def __getattr__(self, name: str) -> Any:
+                raise RuntimeError(f"lazy module: {name}")
+
+        monkeypatch.setitem(sys.modules, "hostile_lazy_module", Hostile("hostile_lazy_module"))
+        monkeypatch.setitem(sys.modules, "not_a_module", object())
+        with patch(loaded_package.target(".models:load")):
+            assert loaded_package.module(".app").load().device == "cpu"
+
+
+class TestMethods:
+    """Methods are patched on their class, so subclasses see them."""
+
+    @pytest.mark.parametrize("method", ["from_pretrained", "build"])
+    def test_class_and_static_methods(self, loaded_package: FakePackage, method: str) -> None:
+        """Class and static methods are guarded on the class and on its subclasses."""
+        models = loaded_package.module(".models")
+        raw = vars(models.Loader)[method]
+        with patch(loaded_package.target(f".models:Loader.{method}")):
+            assert getattr(models.Loader, method)().device == "cpu"
+            assert getattr(models.SubLoader, method)().device == "cpu"
+        assert vars(models.Loader)[method] is raw
+        assert getattr(models.Loader, method)().device == "cuda"
+
+    def test_instance_method(self, loaded_package: FakePackage) -> None:
+        """An instance method is guarded for every instance, and restored."""
+        models = loaded_package.module(".models")
+        raw = vars(models.Loader)["open"]
+        with patch(loaded_package.target(".models:Loader.open")):
+            assert models.Loader().open().device == "cpu"
+            assert models.SubLoader().open().device == "cpu"
+        assert vars(models.Loader)["open"] is raw
+
+    def test_patched_class_method_pickles(self, loaded_package: FakePackage) -> None:
+        """A patched class method pickles by reference and still guards after the trip."""
+        models = loaded_package.module(".models")
+        with patch(loaded_package.target(".models:Loader.from_pretrained")):
+            restored = pickle.loads(pickle.dumps(models.Loader.from_pretrained))
+            assert restored().device == "cpu"
+
+    def test_inherited_method_is_patched_on_the_named_class(
+        self, loaded_package: FakePackage
+    ) -> None:
+        """'SubLoader.build' guards the subclass only, and undo removes what it added."""
+        models = loaded_package.module(".models")
+        with patch(loaded_package.target(".models:SubLoader.build")):
+            assert models.SubLoader.build().device == "cpu"
+            assert models.Loader.build().device == "cuda"
+        assert "build" not in vars(models.SubLoader)
+
+
+class TestClass:
+    """A class target is guarded in place."""
+
+    def test_class_is_guarded_in_place_and_restored(self, loaded_package: FakePackage) -> None:
+        """Every name of the class sees the guard; undo restores its namespace exactly."""
+        models = loaded_package.module(".models")
+        before = dict(vars(models.Pipeline))
+        with patch(loaded_package.target(".models:Pipeline")):
+            assert loaded_package.module().Pipeline is models.Pipeline
+            assert models.Pipeline().device == "cpu"
+        assert dict(vars(models.Pipeline)) == before
+        assert models.Pipeline().device == "cuda"
+
+
+class TestNotYetImported:
+    """Targets whose module is imported after patch()."""
+
+    def test_patched_on_import(self, fake_package: FakePackage) -> None:
+        """The module is patched as it is imported, aliases made by that import included."""
+        assert fake_package.name not in sys.modules
+        with patch(fake_package.target(".models:load")):
+            app = fake_package.module(".app")
+            assert app.load_model().device == "cpu"
+            assert fake_package.module().load is app.load
+        assert app.load().device == "cuda"
+
+    def test_undo_before_import_cancels(self, fake_package: FakePackage) -> None:
+        """A patch undone before its module is imported never applies."""
+        patch(fake_package.target(".models:load")).undo()
+        assert fake_package.module(".app").load().device == "cuda"
+
+    def test_missing_target_raises_at_import(self, fake_package: FakePackage) -> None:
+        """A target that turns out missing raises ModelInputError out of the import."""
+        handle = patch(fake_package.target(".models:lod"))
+        try:
+            with pytest.raises(ModelInputError, match="'lod'"):
+                fake_package.module(".models")
+            assert fake_package.target(".models") not in sys.modules
+        finally:
+            handle.undo()
+
+    def test_two_names_patched_before_import_wrap_once(self, fake_package: FakePackage) -> None:
+        """Two names of one loader, both patched before the import, share one wrapper."""
+        with patch(fake_package.target(".models:load")), patch(fake_package.target(":load")):
+            package = fake_package.module()
+            guarded = package.models.load
+            assert package.load is guarded
+            assert guarded.__wrapped__ is not guarded
+            assert not hasattr(guarded.__wrapped__, "__wrapped__")
+        assert package.load is package.models.load
+
+    def test_two_names_with_other_options_before_import(self, fake_package: FakePackage) -> None:
+        """Other options under a second name raise out of the import."""
+        first = patch(fake_package.target(".models:load"))
+        second = patch(fake_package.target(":load"), resolution_mode="fail")
+        try:
+            with pytest.raises(ModelInputError, match="already patched as"):
+                fake_package.module()
+        finally:
+            second.undo()
+            first.undo()
+
+    def test_a_class_target_on_import(self, fake_package: FakePackage) -> None:
+        """A class is guarded in place when its module is imported."""
+        with patch(fake_package.target(".models:Pipeline")):
+            assert fake_package.module(".models").Pipeline().device == "cpu"
+
+
+class TestIdempotence:
+    """Patching a target again wraps nothing twice."""
+
+    def test_same_options_share_one_patch(self, loaded_package: FakePackage) -> None:
+        """A second patch() installs nothing new; the patch stays until both are undone."""
+        models = loaded_package.module(".models")
+        original = models.load
+        first = patch(loaded_package.target(".models:load"))
+        guarded = models.load
+        second = patch(loaded_package.target(".models:load"))
+        assert models.load is guarded
+        with recorded_logs() as records:
+            models.load()
+        assert len(_warnings(records)) == 1
+        first.undo()
+        assert models.load is guarded
+        second.undo()
+        assert models.load is original
+
+    def test_another_name_for_the_same_target_shares_the_patch(
+        self, loaded_package: FakePackage
+    ) -> None:
+        """'pkg:load' after 'pkg.models:load' is the same patch, not a second wrapper."""
+        models = loaded_package.module(".models")
+        with patch(loaded_package.target(".models:load")):
+            guarded = models.load
+            with patch(loaded_package.target(":load")):
+                assert models.load is guarded
+            assert models.load is guarded
+
+    def test_other_options_are_refused(
+        self, loaded_package: FakePackage, undo_later: Callable[[Any], Any]
+    ) -> None:
+        """Patching again with other options raises instead of ignoring them."""
+        undo_later(patch(loaded_package.target(".models:load")))
+        with pytest.raises(ModelInputError, match="already patched with other options"):
+            patch(loaded_package.target(".models:load"), resolution_mode="fail")
+
+    def test_concurrent_patches_install_one_wrapper(self, loaded_package: FakePackage) -> None:
+        """Threads patching one target at once share one wrapper, removed by the last undo."""
+        models = loaded_package.module(".models")
+        original = models.load
+        start = threading.Barrier(8)
+        handles: list[Any] = []
+
+        def patch_it() -> None:
+            start.wait()
+            handles.append(patch(loaded_package.target(".models:load")))
+
+        threads = [threading.Thread(target=patch_it) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(handles) == 8
+        assert models.load is not original
+        assert models.load.__wrapped__ is original
+        for handle in handles:
+            handle.undo()
+        assert models.load is original
+
+    def test_undo_twice_is_harmless(self, loaded_package: FakePackage) -> None:
+        """A handle undone twice does not undo another handle's patch."""
+        models = loaded_package.module(".models")
+        first = patch(loaded_package.target(".models:load"))
+        second = patch(loaded_package.target(".models:load"))
+        first.undo()
+        first.undo()
+        assert first.active is False
+        assert second.active is True
+        assert models.load().device == "cpu"
+        second.undo()
+
+
+class TestErrors:
+    """Bad targets and options fail at once, naming the bad value."""
+
+    @pytest.mark.parametrize(
+        "target", ["pkg.module", "pkg.module:", ":load", "a:b:c", "pkg module:f", "pkg:f()", ""]
+    )
+    def test_malformed_target(self, target: str) -> None:
+        """A malformed target string is a ModelInputError quoting it."""
+        with pytest.raises(ModelInputError, match=re.escape(f"got {target!r}")):
+            patch(target)
+
+    def test_a_target_that_is_not_a_string(self) -> None:
+        """A function object instead of a target string is refused."""
+        with pytest.raises(ModelInputError, match=re.escape("package.module:function")):
+            patch(print)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize("spec", [".models:lod", ".models:Loader.nope", ".models:Nope.build"])
+    def test_missing_target_in_a_loaded_module(
+        self, loaded_package: FakePackage, spec: str
+    ) -> None:
+        """A target missing from a loaded module is a ModelInputError naming it, at once."""
+        with pytest.raises(ModelInputError, match=spec.rsplit(".", 1)[-1].split(":")[-1]):
+            patch(loaded_package.target(spec))
+
+    def test_not_a_factory(self, loaded_package: FakePackage) -> None:
+        """A target that is neither function, class nor method is refused."""
+        with pytest.raises(ModelInputError, match="int, not a function"):
+            patch(loaded_package.target(".models:NOT_A_FACTORY"))
+
+    def test_unknown_option(self, loaded_package: FakePackage) -> None:
+        """An option device_guard does not take is a ModelInputError naming it."""
+        with pytest.raises(ModelInputError, match="resolution"):
+            patch(loaded_package.target(".models:load"), resolution="fail")
+
+    def test_bad_option_value(self, loaded_package: FakePackage) -> None:
+        """An option value device_guard refuses is refused by patch() too."""
+        with pytest.raises(ModelInputError, match="'sometimes'"):
+            patch(loaded_package.target(".models:load"), resolution_mode="sometimes")
+        assert loaded_package.module(".models").load().device == "cuda"
