@@ -258,6 +258,7 @@ def plan_alignment(
     requested: torch.device,
     mode: DeviceMismatchResolutionMode,
     fallback: torch.device,
+    first_mismatch: Mismatch | None = None,
 ) -> tuple[torch.device, Fallback | None]:
     """Return the device every one of `sessions` reads, and the fallback to report, if any.
 
@@ -269,9 +270,13 @@ def plan_alignment(
     With several sessions, messages name each session by its entry in
     `names` (or by its position). In `"fail"` mode the first session that
     cannot read the device raises `EnvironmentConfigurationError`.
+    `first_mismatch`, when given, is what `find_mismatch` already found for a
+    single session and `requested`, so the session is not asked again.
     """
     if len(sessions) == 1:  # the common case, without the multi-session steps
-        mismatch = find_mismatch(sessions[0], requested)
+        mismatch = (
+            first_mismatch if first_mismatch is not None else find_mismatch(sessions[0], requested)
+        )
         if mismatch is None:
             return requested, None
         target = _resolve(mismatch, mode, fallback)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ._alignment import _arguments, find_mismatch, plan_alignment, report_fallback
+from ._alignment import Mismatch, _arguments, find_mismatch, plan_alignment, report_fallback
 from ._call_device import DeviceOption, device_option, requested_device
 from ._devices import DeviceLike, as_device
 from ._discovery import (
@@ -120,21 +120,32 @@ def align_model(
     """
     if options.session_source is None and options.device_attr is None:
         # The usual shape, a session and a device under the default names, kept
-        # as fast as a bare check when they agree; anything else takes the full
-        # path below, which reads the attributes again and reports properly.
+        # as fast as a bare check when they agree. On a mismatch the full path
+        # below goes on from what was read here, so the session is asked once;
+        # anything unusual takes the full path from the start, which reads the
+        # attributes again and reports properly.
+        known = None
         try:
-            session = getattr(model, "_session", MISSING)
+            session_name = "_session"
+            session = getattr(model, session_name, MISSING)
             if session is MISSING:
-                session = getattr(model, "session", MISSING)
-            current = getattr(model, "_device", MISSING)
+                session_name = "session"
+                session = getattr(model, session_name, MISSING)
+            device_name = "_device"
+            current = getattr(model, device_name, MISSING)
             if current is MISSING:
-                current = getattr(model, "device", MISSING)
+                device_name = "device"
+                current = getattr(model, device_name, MISSING)
             if session is not MISSING and current is not MISSING:
                 requested = _arguments(options.resolution_mode, current, options.fallback_device)[2]
-                if find_mismatch(session, requested) is None:
+                mismatch = find_mismatch(session, requested)
+                if mismatch is None:
                     return requested
+                known = ([(session_name, session)], (device_name, current), mismatch)
         except Exception:  # the full path reads again and raises the right error
             pass
+        if known is not None:
+            return _align_model(model, options, factory, args, kwargs, known)
     return _align_model(model, options, factory, args, kwargs)
 
 
@@ -144,7 +155,11 @@ def _align_model(
     factory: object | None,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any] | None,
+    known: tuple[list[tuple[str, object]], tuple[str, Any], Mismatch] | None = None,
 ) -> torch.device | None:
+    """The full path of `align_model`; `known` is what its quick check already read."""
+    if known is not None:
+        return _finish(model, options, factory, args, kwargs, known[0], known[1], known[2])
     sessions, searched = find_sessions(model, options.session_source, factory)
     if not options.require_session:
         sessions = [(path, session) for path, session in sessions if session is not None]
@@ -157,6 +172,23 @@ def _align_model(
         )
         return None
     attribute = find_device_attribute(model, options.device_attr, factory)
+    return _finish(model, options, factory, args, kwargs, sessions, attribute, None)
+
+
+def _finish(
+    model: object,
+    options: AlignOptions,
+    factory: object | None,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    sessions: list[tuple[str, object]],
+    attribute: tuple[str, Any] | None,
+    mismatch: Mismatch | None,
+) -> torch.device | None:
+    """Align with `sessions` the device from `attribute` (or the call), write back, log.
+
+    `mismatch` is the first session's, when a quick check already found it.
+    """
     if attribute is not None:
         device_name: str | None = attribute[0]
         current: Any = attribute[1]
@@ -173,7 +205,7 @@ def _align_model(
             options.resolution_mode, current, options.fallback_device
         )
         aligned, report = plan_alignment(
-            [session for _, session in sessions], names, requested, mode, fallback
+            [session for _, session in sessions], names, requested, mode, fallback, mismatch
         )
     except ModelInputError as error:
         raise ModelInputError(
