@@ -40,7 +40,7 @@ from bench import Timing, compare, environment, paired_ratio
 from onnx_device_guard import DeviceGuardError, device_guard, device_policy, patch
 
 SHARE_TARGET_PERCENT = 1.0
-RAPIDOCR_SESSIONS = ("text_det.infer.session", "text_cls.infer.session", "text_rec.infer.session")
+RAPIDOCR_SESSIONS = ("text_det.infer.session", "text_cls.infer.session", "text_rec.session.session")
 
 
 @dataclass(frozen=True)
