@@ -72,7 +72,7 @@ import logging
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
@@ -430,10 +430,11 @@ def _dispatch(
         model = watch.model()
         if model is None or watch.follower._closed:
             continue
-        logger.debug(
-            "%s Aligning the model again.",
-            describe_change(model, watch.session_name, old_providers, new_providers),
-        )
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "%s Aligning the model again.",
+                describe_change(model, watch.session_name, old_providers, new_providers),
+            )
         try:
             watch.on_change(model, watch.session_name, old_providers, new_providers)
         except Exception as error:
@@ -467,24 +468,23 @@ def _explained(
 
 
 def _snapshot(session: object) -> tuple[Providers, object]:
-    """The session's providers and their options, read without raising."""
+    """The session's providers and a copy of their options, read without raising."""
     try:
         providers: Providers = tuple(session.get_providers())  # type: ignore[attr-defined]
     except Exception as error:
         logger.debug("Could not read get_providers() of a followed session: %r", error)
         return None, None
     try:
-        get_options = getattr(session, "get_provider_options", None)
-        options = get_options() if callable(get_options) else None
-    except Exception:
-        options = None
-    if isinstance(options, Mapping):
-        options = {name: _plain(value) for name, value in options.items()}
+        options = session.get_provider_options()  # type: ignore[attr-defined]
+    except Exception:  # none, or unreadable: providers alone tell a change
+        return providers, None
+    if type(options) is dict:  # onnxruntime's; copied, as a session may change it in place
+        return providers, {name: _copy(value) for name, value in options.items()}
     return providers, options
 
 
-def _plain(value: object) -> object:
-    return dict(value) if isinstance(value, Mapping) else value
+def _copy(value: object) -> object:
+    return dict(value) if type(value) is dict else value
 
 
 def _class_method(cls: type) -> object | None:
