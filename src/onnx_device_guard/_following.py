@@ -144,7 +144,7 @@ class _Watch:
 class _ProviderHook:
     """What replaces `set_providers` in a followed session's instance `__dict__`."""
 
-    __slots__ = ("__weakref__", "_saved", "_session", "_watches")
+    __slots__ = ("__weakref__", "_installed", "_saved", "_session", "_watches")
 
     def __init__(self, session: object, saved: object) -> None:
         try:
@@ -153,6 +153,7 @@ class _ProviderHook:
             self._session = _StrongRef(session)
         self._saved = saved
         self._watches: list[_Watch] = []
+        self._installed = False
 
     def __repr__(self) -> str:
         return f"<set_providers of {self._session()!r}, followed by onnx-device-guard>"
@@ -343,6 +344,7 @@ def _hook_of(session: object) -> _ProviderHook | None:
     existing = attributes.get(_METHOD, _NOTHING) if isinstance(attributes, dict) else _NOTHING
     if isinstance(existing, _ProviderHook):
         if existing._session() is session:
+            existing._installed = True  # found in place, whoever put it back
             return existing
         existing = existing._saved  # copied from another session's __dict__: not ours to call
     defined = _class_method(type(session))
@@ -375,14 +377,16 @@ def _hook_of(session: object) -> _ProviderHook | None:
         _restore(attributes, hook)
         _warn_unhookable(session, "a set_providers put on the instance is not the one called")
         return None
+    hook._installed = True
     return hook
 
 
 def _unhook(hook: _ProviderHook) -> None:
     """Put back what the session had instead of `hook`. Called with `_LOCK` held."""
     session = hook._session()
-    if session is None:
+    if session is None or not hook._installed:
         return
+    hook._installed = False
     try:
         attributes = vars(session)
     except TypeError:
