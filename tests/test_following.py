@@ -120,28 +120,18 @@ class Calls:
 
 
 def realigning(mode: str, fallback_device: str = "cpu") -> OnChange:
-    """The guard's callback: align again with options fixed at load, one WARNING on a move.
+    """The guard's callback: align again with the options fixed at load, write the device back.
 
-    The core reports at DEBUG inside, so the one WARNING is this one, with the
-    old and new providers.
+    The core logs its usual fallback WARNING; the follower names the change in it.
     """
 
     def on_change(model: Any, name: str, old: Providers, new: Providers) -> None:
-        with device_policy(warn=False):
-            aligned = align_device_with_onnx_session(
-                getattr(model, name),
-                model.device,
-                "fail" if mode == "fail" else "fallback",
-                fallback_device,
-            )
-        if aligned != model.device:
-            previous, model.device = model.device, aligned
-            logger.warning(
-                "%s Moved the model from %r to %r.",
-                describe_change(model, name, old, new),
-                str(previous),
-                str(aligned),
-            )
+        model.device = align_device_with_onnx_session(
+            getattr(model, name),
+            model.device,
+            "fail" if mode == "fail" else "fallback",
+            fallback_device,
+        )
 
     return on_change
 
@@ -392,6 +382,46 @@ class TestChange:
         )
 
 
+class TestRecords:
+    def test_records_in_a_callback_name_the_change(self, follower: Follower) -> None:
+        """A record logged in a callback, with or without %-arguments, starts with the change."""
+        session = FallingBackSession()
+
+        def log(model: object, name: str, old: Providers, new: Providers) -> None:
+            logger.warning("plain text, 100% literal")
+            logger.warning("with %s, 100%% escaped", "arguments")
+
+        model = Model(s=session)
+        follower.watch(model, [("s", session)], log)
+        with recorded_logs() as records:
+            session.set_providers([CPU])
+        change = describe_change(model, "s", GPU_PROVIDERS, (CPU,))
+        assert warnings_in(records) == [
+            f"{change} plain text, 100% literal",
+            f"{change} with arguments, 100% escaped",
+        ]
+
+    def test_records_outside_a_callback_are_untouched(self, follower: Follower) -> None:
+        """Outside a callback, in any thread, the library's records are as they were."""
+        session = FallingBackSession()
+        model = Model(s=session)
+        follower.watch(model, [("s", session)], Calls())
+        with recorded_logs() as records:
+            session.set_providers([CPU])
+            align_device_with_onnx_session(session, "cuda:0")
+        (warning,) = [r for r in records if r.levelno == logging.WARNING]
+        assert warning.getMessage().startswith("The model asks for device 'cuda:0'")
+        assert "odg_changed_session" not in warning.__dict__
+
+    def test_an_options_change_is_worded_as_such(self) -> None:
+        """Providers that stay while their options change are named once."""
+        text = describe_change(Model(), "s", GPU_PROVIDERS, GPU_PROVIDERS)
+        assert text == (
+            "The session 's' of a Model changed the options of its providers "
+            "['CUDAExecutionProvider', 'CPUExecutionProvider']."
+        )
+
+
 class TestFallbackMode:
     def test_run_falls_back_and_the_model_follows(self, follower: Follower, capsys: Any) -> None:
         """onnxruntime's fallback in run() rewrites the device, logs one WARNING, and retries."""
@@ -402,11 +432,17 @@ class TestFallbackMode:
             outputs = session.run(None, {"x": X})
         assert outputs[0].tolist() == [[1.0] * 4]
         assert model.device == torch.device("cpu")
-        assert warnings_in(records) == [
+        (warning,) = [r for r in records if r.levelno == logging.WARNING]
+        assert warning.getMessage().startswith(
             "The session 's' of a Model changed its providers from "
             "['CUDAExecutionProvider', 'CPUExecutionProvider'] to ['CPUExecutionProvider']. "
-            "Moved the model from 'cuda:0' to 'cpu'."
-        ]
+            "The model asks for device 'cuda:0', but its onnxruntime session runs only "
+            "['CPUExecutionProvider']"
+        )
+        assert "Using 'cpu' instead." in warning.getMessage()
+        assert warning.__dict__["odg_changed_session"] == "s"
+        assert warning.__dict__["odg_old_providers"] == list(GPU_PROVIDERS)
+        assert warning.__dict__["odg_new_providers"] == [CPU]
         assert "Falling back to ['CPUExecutionProvider']" in capsys.readouterr().out
 
     def test_the_fallback_device_is_the_guards(self, follower: Follower) -> None:
@@ -547,6 +583,18 @@ class TestLifetimes:
         session.set_providers([CPU])
         assert calls.calls == []
         assert not is_followed(session)
+
+    def test_close_after_the_hook_removed_itself_does_nothing(self) -> None:
+        """A follower closed after its models' hook went away touches nothing and logs nothing."""
+        session = FallingBackSession()
+        follower = Follower()
+        follower.watch(Model(s=session), [("s", session)], Calls())
+        session.set_providers([CPU])  # the model is gone: the hook removes itself
+        assert not is_followed(session)
+        with recorded_logs() as records:
+            follower.close()
+        assert records == []
+        assert "set_providers" not in vars(session)
 
     def test_dead_entries_are_dropped_when_another_model_watches(self, follower: Follower) -> None:
         """Watching a session again clears out the entries of collected models."""

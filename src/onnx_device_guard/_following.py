@@ -29,9 +29,12 @@ Internal API, for the guard (`device_guard`, `patch`):
   providers and under that thread's `device_policy` scopes, so the guard
   should resolve its options at load and pass them explicitly. Providers are
   tuples of names, or `None` where `get_providers()` could not be read. The
-  guard re-aligns there: in `"fallback"` mode it writes the new device and
-  logs one WARNING (`describe_change` words the change with the old and new
-  providers); in `"fail"` mode it raises.
+  guard re-aligns there, as at load: in `"fallback"` mode it writes the new
+  device and logs its usual fallback record, in `"fail"` mode it raises.
+  While a callback runs, every record the library's logger takes in that
+  thread starts with `describe_change`'s sentence and carries the fields
+  `odg_changed_session`, `odg_old_providers` and `odg_new_providers`, so the
+  guard's one WARNING names the providers before and after the change.
 * An error raised by `on_change` propagates out of the call that changed the
   providers (`set_providers`, or `run()` during onnxruntime's fallback). A
   library error (`DeviceGuardError` and its two subclasses) is raised again
@@ -73,6 +76,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from typing import Any
 
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
@@ -116,11 +120,10 @@ def describe_change(
     def shown(providers: Providers) -> str:
         return "(unreadable)" if providers is None else repr(list(providers))
 
-    verb = "changed its providers" if old_providers != new_providers else "changed its options"
-    return (
-        f"The session {session_name!r} of a {type(model).__name__} {verb} from "
-        f"{shown(old_providers)} to {shown(new_providers)}."
-    )
+    where = f"The session {session_name!r} of a {type(model).__name__}"
+    if old_providers == new_providers and new_providers is not None:
+        return f"{where} changed the options of its providers {shown(new_providers)}."
+    return f"{where} changed its providers from {shown(old_providers)} to {shown(new_providers)}."
 
 
 class _Watch:
@@ -439,12 +442,15 @@ def _dispatch(
                 "%s Aligning the model again.",
                 describe_change(model, watch.session_name, old_providers, new_providers),
             )
+        token = _CHANGE.set((model, watch.session_name, old_providers, new_providers))
         try:
             watch.on_change(model, watch.session_name, old_providers, new_providers)
         except Exception as error:
             errors.append(
                 _explained(error, model, watch.session_name, old_providers, new_providers)
             )
+        finally:
+            _CHANGE.reset(token)
     if not errors:
         return
     for later in errors[1:]:
@@ -453,6 +459,38 @@ def _dispatch(
     if handled is not None:
         raise first from handled
     raise first
+
+
+_CHANGE: ContextVar[tuple[object, str, Providers, Providers] | None] = ContextVar(
+    "onnx_device_guard_provider_change", default=None
+)
+"""The change being followed in this thread while a callback runs, for `_ChangeInRecords`."""
+
+
+class _ChangeInRecords(logging.Filter):
+    """Tells, in each record the library logs while a callback runs, which change caused it.
+
+    The guard's re-alignment logs its usual fallback record; during a
+    callback this puts `describe_change`'s sentence in front of the message
+    and adds the fields `odg_changed_session`, `odg_old_providers` and
+    `odg_new_providers`, so that one WARNING names the providers before and
+    after.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        change = _CHANGE.get()
+        if change is None:
+            return True
+        model, session_name, old, new = change
+        text = describe_change(model, session_name, old, new)
+        record.msg = f"{text.replace('%', '%%') if record.args else text} {record.msg}"
+        record.odg_changed_session = session_name
+        record.odg_old_providers = None if old is None else list(old)
+        record.odg_new_providers = None if new is None else list(new)
+        return True
+
+
+logger.addFilter(_ChangeInRecords())
 
 
 def _explained(
