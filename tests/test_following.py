@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import pickle
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -96,6 +97,10 @@ class FallingBackSession:
                 self.disable_fallback()
                 return self._run(feed)
             raise
+
+
+class PicklableSession(FallingBackSession):
+    """A session wrapper that pickles (as some keep a model path and re-create the session)."""
 
 
 class Model:
@@ -236,6 +241,18 @@ class TestHook:
         assert vars(session)["set_providers"] is later_wrapper
         session.set_providers([CPU])
         assert session.get_providers() == [CPU]
+        assert calls.calls == []
+
+    def test_a_pickled_session_comes_back_unfollowed(self, follower: Follower) -> None:
+        """Pickling a followed session works; the copy's set_providers changes only the copy."""
+        session = PicklableSession()
+        model, calls = Model(s=session), Calls()
+        follower.watch(model, [("s", session)], calls)
+        copy = pickle.loads(pickle.dumps(session))
+        assert not is_followed(copy)
+        copy.set_providers([CPU])
+        assert copy.get_providers() == [CPU]
+        assert session.get_providers() == list(GPU_PROVIDERS)
         assert calls.calls == []
 
     def test_closed_follower_follows_nothing(self) -> None:

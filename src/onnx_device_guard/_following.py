@@ -67,6 +67,9 @@ Lifetimes and threads:
   knows of and is skipped with a DEBUG record.
 * Registration, removal and clean-up take one module lock; callbacks run
   with no lock held, so a callback may watch or close.
+* A pickled or deep-copied session comes back unfollowed, with its own
+  `set_providers`. A shallow `copy.copy` of a followed session shares the
+  hook, whose `set_providers` would change the original: a known limit.
 """
 
 from __future__ import annotations
@@ -184,6 +187,17 @@ class _ProviderHook:
         if session is None:
             raise ReferenceError("the session of this set_providers no longer exists")
         return session
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A pickled (or deep-copied) session comes back unfollowed: its
+        # set_providers is what it would be without the hook.
+        saved = () if self._saved is _NOTHING else (self._saved,)
+        return (_unfollowed, (self._live_session(), *saved))
+
+
+def _unfollowed(session: object, *saved: object) -> object:
+    """What an unpickled session gets instead of a hook: its own `set_providers`."""
+    return saved[0] if saved else _original(session, _NOTHING)
 
 
 class _StrongRef:
