@@ -96,7 +96,9 @@ _METHOD = "set_providers"
 _NOTHING: Any = object()
 """Marks "the session had no instance attribute `set_providers`"."""
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
+"""Guards every hook's entries; re-entrant, as a session's attribute lookup or a log
+handler may run code that watches while it is held."""
 _WARN_LOCK = threading.Lock()
 """Separate from `_LOCK`, under which warnings are logged."""
 _WARNED_CLASSES: set[tuple[str, type]] = set()
@@ -300,7 +302,8 @@ class Follower:
                 "reference from the session would keep every model alive. Their device is "
                 "aligned at load only; a later change of a session's providers (set_providers, "
                 "or onnxruntime's fallback after a GPU provider fails) leaves it as it is. Add "
-                "'__weakref__' to __slots__, or align the model again after changing providers.",
+                "'__weakref__' to __slots__, or call onnx_device_guard.realign(model) after "
+                "changing providers.",
             )
             return 0
         followed = 0
@@ -572,7 +575,7 @@ def _warn_unhookable(session: object, why: str) -> None:
         "onnx-device-guard cannot follow provider changes of %s sessions: "
         + why
         + ". A model's device is aligned at load only; after set_providers (or onnxruntime's "
-        "fallback after a GPU provider fails) align it again yourself.",
+        "fallback after a GPU provider fails) call onnx_device_guard.realign(model).",
     )
 
 
