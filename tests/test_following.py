@@ -255,6 +255,29 @@ class TestHook:
         assert session.get_providers() == list(GPU_PROVIDERS)
         assert calls.calls == []
 
+    def test_the_session_dict_is_never_read(self, follower: Follower) -> None:
+        """Hooking and unhooking go through attribute access, never the session's __dict__.
+
+        On CPython 3.11+ reading an instance's __dict__ turns its inline
+        attribute values into a dict for good, which slows every attribute
+        lookup in its run(): following must not cost that.
+        """
+
+        class DictShySession(FallingBackSession):
+            @property
+            def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
+                raise AssertionError("the session's __dict__ was read")
+
+        session = DictShySession()
+        model, calls = Model(s=session), Calls()
+        assert follower.watch(model, [("s", session)], calls) == 1
+        assert is_followed(session)
+        session.set_providers([CPU])
+        assert len(calls.calls) == 1
+        follower.close()
+        assert not is_followed(session)
+        assert session.set_providers.__func__ is FallingBackSession.set_providers  # type: ignore[attr-defined]
+
     def test_closed_follower_follows_nothing(self) -> None:
         """watch() after close() (a load racing a patch's undo) installs nothing."""
         follower = Follower()

@@ -345,11 +345,22 @@ def is_followed(session: object) -> bool:
         >>> is_followed(object())
         False
     """
-    try:
-        hook = vars(session).get(_METHOD)
-    except TypeError:
-        return False
+    hook = _lookup(session)
     return isinstance(hook, _ProviderHook) and hook._session() is session
+
+
+# The instance attribute is read, written and removed through attribute access
+# only, never through the session's `__dict__`: on CPython 3.11 and later,
+# reading `__dict__` turns an instance's inline attribute values into a dict
+# for good, and every attribute lookup in its `run()` gets slower.
+
+
+def _lookup(session: object) -> Any:
+    """`session.set_providers` as attribute lookup finds it, or `_NOTHING`; never raises."""
+    try:
+        return getattr(session, _METHOD, _NOTHING)
+    except Exception:
+        return _NOTHING
 
 
 def _hook_of(session: object) -> _ProviderHook | None:
@@ -357,48 +368,52 @@ def _hook_of(session: object) -> _ProviderHook | None:
 
     Called with `_LOCK` held.
     """
-    try:
-        attributes = vars(session)
-    except TypeError:
-        attributes = None
-    existing = attributes.get(_METHOD, _NOTHING) if isinstance(attributes, dict) else _NOTHING
-    if isinstance(existing, _ProviderHook):
-        if existing._session() is session:
-            existing._installed = True  # found in place, whoever put it back
-            return existing
-        existing = existing._saved  # copied from another session's __dict__: not ours to call
     defined = _class_method(type(session))
-    if existing is _NOTHING and defined is None:
-        try:
-            forwarded = callable(getattr(session, _METHOD, None))
-        except Exception:
-            forwarded = False
-        if forwarded:
-            _warn_unhookable(session, "its set_providers is forwarded, not defined by its class")
-        else:
+    if defined is not None and _is_data_descriptor(defined):
+        _warn_unhookable(session, "its set_providers is a property, not a method")
+        return None
+    current = _lookup(session)
+    if isinstance(current, _ProviderHook):
+        if current._session() is session:
+            current._installed = True  # found in place, whoever put it back
+            return current
+        existing = current._saved  # copied from another session: not ours to call
+    elif defined is None:
+        if current is _NOTHING:
             logger.debug(
                 "Not following a %s session: it has no set_providers to change its providers.",
                 type(session).__name__,
             )
-        return None
-    if not isinstance(attributes, dict):
+            return None
+        if hasattr(type(session), "__getattr__"):
+            _warn_unhookable(session, "its set_providers is forwarded, not defined by its class")
+            return None
+        existing = current  # an instance attribute, and nothing on the class
+    elif _is_bound_from_class(current, defined, session):
+        existing = _NOTHING
+    else:
+        existing = current  # an instance attribute over the class's method
+    hook = _ProviderHook(session, existing)
+    try:
+        object.__setattr__(session, _METHOD, hook)
+    except (AttributeError, TypeError):
         _warn_unhookable(session, "it has no instance __dict__ to put a hook in")
         return None
-    if existing is _NOTHING and _is_data_descriptor(defined):
-        _warn_unhookable(session, "its set_providers is a property, not a method")
-        return None
-    hook = _ProviderHook(session, existing)
-    attributes[_METHOD] = hook
-    try:
-        installed = getattr(session, _METHOD, None) is hook
-    except Exception:
-        installed = False
-    if not installed:
-        _restore(attributes, hook)
+    found: object = _lookup(session)
+    if found is not hook:
+        _put_back(session, hook)
         _warn_unhookable(session, "a set_providers put on the instance is not the one called")
         return None
     hook._installed = True
     return hook
+
+
+def _is_bound_from_class(current: object, defined: object, session: object) -> bool:
+    """Whether `current` is just the class's `defined` bound to `session` (no override)."""
+    try:
+        return bool(current == _bind(defined, session))
+    except Exception:
+        return False
 
 
 def _unhook(hook: _ProviderHook) -> None:
@@ -407,12 +422,8 @@ def _unhook(hook: _ProviderHook) -> None:
     if session is None or not hook._installed:
         return
     hook._installed = False
-    try:
-        attributes = vars(session)
-    except TypeError:
-        return
-    if attributes.get(_METHOD) is hook:
-        _restore(attributes, hook)
+    if _lookup(session) is hook:
+        _put_back(session, hook)
     else:  # someone wrapped our hook since: leave theirs in place; ours passes calls through
         logger.debug(
             "Left an inert onnx-device-guard hook under another wrapper of %s.set_providers.",
@@ -420,11 +431,15 @@ def _unhook(hook: _ProviderHook) -> None:
         )
 
 
-def _restore(attributes: dict[str, Any], hook: _ProviderHook) -> None:
-    if hook._saved is _NOTHING:
-        del attributes[_METHOD]
-    else:
-        attributes[_METHOD] = hook._saved
+def _put_back(session: object, hook: _ProviderHook) -> None:
+    """Remove the instance attribute `hook`, or put back the one it replaced."""
+    try:
+        if hook._saved is _NOTHING:
+            object.__delattr__(session, _METHOD)
+        else:
+            object.__setattr__(session, _METHOD, hook._saved)
+    except (AttributeError, TypeError) as error:  # a session that changed under us
+        logger.debug("Could not give %r its set_providers back: %r", session, error)
 
 
 def _prune(hook: _ProviderHook) -> None:
@@ -563,9 +578,13 @@ def _original(session: object, saved: object) -> Callable[..., Any]:
     """The `set_providers` that the hook stands in front of, bound to `session`."""
     if saved is not _NOTHING:
         return saved  # type: ignore[return-value]
-    attribute: Any = _class_method(type(session))
+    return _bind(_class_method(type(session)), session)  # type: ignore[no-any-return]
+
+
+def _bind(attribute: Any, session: object) -> Any:
+    """`attribute`, found on the session's class, as `session.<name>` would give it."""
     get = getattr(type(attribute), "__get__", None)
-    return attribute if get is None else get(attribute, session, type(session))  # type: ignore[no-any-return]
+    return attribute if get is None else get(attribute, session, type(session))
 
 
 def _warn_unhookable(session: object, why: str) -> None:
