@@ -845,11 +845,18 @@ class TestRealSessions:
             def __init__(self, real: Any) -> None:
                 self.real, self.failed = real, False
 
-            def run(self, *args: Any) -> Any:
+            def fail_once(self) -> None:
                 if not self.failed:
                     self.failed = True
                     raise C.EPFail("CUDA failure 700: an illegal memory access was encountered")
+
+            def run(self, *args: Any) -> Any:
+                self.fail_once()
                 return self.real.run(*args)
+
+            def run_with_ort_values(self, *args: Any) -> Any:
+                self.fail_once()
+                return self.real.run_with_ort_values(*args)
 
             def __getattr__(self, name: str) -> Any:
                 return getattr(self.real, name)
@@ -874,6 +881,24 @@ class TestRealSessions:
         assert model.device == torch.device("cpu")
         assert len(warnings_in(records)) == 1
         assert "Falling back to ['CPUExecutionProvider'] and retrying." in capsys.readouterr().out
+
+    def test_real_run_with_ort_values_fallback_moves_the_model(
+        self, follower: Follower, new_real_session: Any, capsys: Any
+    ) -> None:
+        """run_with_ort_values() falls back the same way, through the same hook."""
+        import onnxruntime
+
+        session = new_real_session()
+        model = Model(s=session)
+        follower.watch(model, [("s", session)], realigning("fallback"))
+        self.gpu_session_failing_once(session)
+        with recorded_logs():
+            (output,) = session.run_with_ort_values(
+                ["y"], {"x": onnxruntime.OrtValue.ortvalue_from_numpy(X)}
+            )
+        assert output.numpy().tolist() == [[1.0] * 4]
+        assert model.device == torch.device("cpu")
+        assert "Falling back to" in capsys.readouterr().out
 
     def test_real_run_fallback_fails_in_fail_mode(
         self, follower: Follower, new_real_session: Any, capsys: Any
