@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +80,20 @@ class TestCPUSteps:
         assert "no-gpu-provider-in-build" in check.facts["finding_kinds"]
         # Here torch has no CUDA either, which the proof requires the doctor not to report.
         assert check.passed is ("torch-sees-no-cuda" not in check.facts["finding_kinds"])
+
+    def test_this_onnxruntime_says_no_data_transfer(
+        self, gpu_proof: ModuleType, real_cpu_session: Any
+    ) -> None:
+        """The message step 1 expects is what this onnxruntime raises for memory said to be CUDA.
+
+        Host memory declared as CUDA stands in for a CUDA tensor: onnxruntime
+        refuses it when binding, before it reads any memory.
+        """
+        x = np.ones((2, 4), dtype=np.float32)
+        binding = real_cpu_session.io_binding()
+        with pytest.raises(RuntimeError) as caught:
+            binding.bind_input("x", "cuda", 0, np.float32, x.shape, x.ctypes.data)
+        assert gpu_proof.EXPECTED_BINDING_ERROR in str(caught.value).lower()
 
     def test_render_names_each_check(self, gpu_proof: ModuleType) -> None:
         """The text report numbers each check with PASS or FAIL and its facts."""
