@@ -10,12 +10,16 @@ side by side in one run:
 * a guarded factory that returns a ready model, against the same factory
   under a pass-through wrapt wrapper and bare, and the time to create the
   smallest real onnxruntime session, for scale;
+* following a session's provider changes (``following.py``): ``run()`` of a
+  watched real session against an unwatched one, and the cost of one
+  re-alignment after ``set_providers``;
 * ``import onnx_device_guard`` in a fresh interpreter that has imported torch.
 
-Timing is stdlib only (``time.perf_counter_ns``). The variants of a comparison
-run in interleaved rounds with the garbage collector off; each round times a
-batch of calls, and the report gives the median per call and the spread
-between the first and third quartiles (IQR). A ratio is the median of the
+The timing helpers live in ``timing.py``, beside this script. Timing is
+stdlib only (``time.perf_counter_ns``). The variants of a comparison run in
+interleaved rounds with the garbage collector off; each round times a batch
+of calls, and the report gives the median per call and the spread between
+the first and third quartiles (IQR). A ratio is the median of the
 per-round ratios, so a slow patch of the machine weighs on both sides alike.
 
 It prints a table, writes every figure as JSON and exits 0 whether the
@@ -26,17 +30,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import importlib
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from importlib.metadata import version
 from importlib.resources import as_file, files
 from pathlib import Path
@@ -45,6 +45,10 @@ from typing import Any
 import onnxruntime
 import torch
 import wrapt
+
+# The modules beside this script (its folder is first on sys.path when run).
+from following import following_rows, following_targets, measure_following
+from timing import Target, Timing, compare, paired_ratio, paired_share
 
 import onnx_device_guard
 from onnx_device_guard import (
@@ -135,84 +139,6 @@ def new_cpu_session(path: Path) -> Any:
 # --- Timing ------------------------------------------------------------------
 
 
-@dataclass
-class Timing:
-    """Per-call times of one variant, in nanoseconds, one per round."""
-
-    name: str
-    calls_per_round: int
-    per_call_ns: list[float] = field(default_factory=list)
-
-    @property
-    def median_ns(self) -> float:
-        return statistics.median(self.per_call_ns)
-
-    @property
-    def iqr_ns(self) -> float:
-        if len(self.per_call_ns) < 4:
-            return 0.0
-        quartiles = statistics.quantiles(self.per_call_ns, n=4)
-        return quartiles[2] - quartiles[0]
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "median_ns": round(self.median_ns, 1),
-            "iqr_ns": round(self.iqr_ns, 1),
-            "rounds": len(self.per_call_ns),
-            "calls_per_round": self.calls_per_round,
-        }
-
-
-def time_batch(call: Callable[[], object], calls: int) -> float:
-    """Nanoseconds per call of ``call``, over a batch of ``calls`` calls."""
-    loop = range(calls)
-    start = time.perf_counter_ns()
-    for _ in loop:
-        call()
-    return (time.perf_counter_ns() - start) / calls
-
-
-def compare(
-    variants: dict[str, Callable[[], object]], rounds: int, calls: int | dict[str, int]
-) -> dict[str, Timing]:
-    """Time ``variants`` in interleaved rounds, with the garbage collector off.
-
-    ``calls`` is the batch size of every variant, or of each by name.
-    """
-    batch = calls if isinstance(calls, dict) else dict.fromkeys(variants, calls)
-    timings = {name: Timing(name, batch[name]) for name in variants}
-    for name, call in variants.items():  # warm up: caches, branch predictors, lazy imports
-        time_batch(call, batch[name])
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for round_number in range(rounds):
-            order = list(variants.items())
-            if round_number % 2:
-                order.reverse()  # neither variant always runs first
-            for name, call in order:
-                timings[name].per_call_ns.append(time_batch(call, batch[name]))
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return timings
-
-
-def paired_ratio(numerator: Timing, denominator: Timing) -> float:
-    """The median of the per-round ratios of two variants timed in the same rounds."""
-    return statistics.median(
-        a / b for a, b in zip(numerator.per_call_ns, denominator.per_call_ns, strict=True)
-    )
-
-
-def paired_share(added: Timing, floor: Timing, scale: Timing) -> float:
-    """The median over rounds of ``(added - floor) / scale``, in percent."""
-    return 100 * statistics.median(
-        (a - f) / s
-        for a, f, s in zip(added.per_call_ns, floor.per_call_ns, scale.per_call_ns, strict=True)
-    )
-
-
 IMPORT_PROBE = """
 import json, sys, time
 import torch
@@ -239,23 +165,6 @@ def time_import(repeats: int) -> tuple[Timing, bool]:
 
 
 # --- The run -----------------------------------------------------------------
-
-
-@dataclass
-class Target:
-    """One of the issue's targets and whether this run met it."""
-
-    name: str
-    figure: float
-    limit: float
-    unit: str
-
-    @property
-    def passed(self) -> bool:
-        return self.figure <= self.limit
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "status": "PASS" if self.passed else "MISS"}
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -325,6 +234,7 @@ def measure(path: Path, quick: bool) -> dict[str, Any]:
     session_creation = Timing("session creation", 2)
     for timings in guards.values():
         session_creation.per_call_ns += timings["session creation"].per_call_ns
+    following_figures, following_goals = following_targets(measure_following(path, rounds, calls))
     import_time, onnxruntime_imported = time_import(import_repeats)
 
     targets = [
@@ -360,6 +270,7 @@ def measure(path: Path, quick: bool) -> dict[str, Any]:
             )
         )
         targets.append(Target(f"guard's added time / session creation, {label}", share, 1.0, "%"))
+    targets.extend(following_goals)
     targets.append(Target("import on top of torch", import_time.median_ns / 1e6, 30.0, "ms"))
     targets.append(
         Target(
@@ -380,6 +291,7 @@ def measure(path: Path, quick: bool) -> dict[str, Any]:
             "fallback_path": {n: t.summary() for n, t in fallback.items()},
         },
         "guard": guard_figures,
+        "following": following_figures,
         "session_creation": session_creation.summary(),
         "import": {**import_time.summary(), "onnxruntime_imported": onnxruntime_imported},
         "targets": [target.as_dict() for target in targets],
@@ -441,6 +353,8 @@ def render(results: dict[str, Any]) -> str:
     for label, figures in results["guard"].items():
         for variant, summary in figures["timings"].items():
             row(f"guard: {label:27} | {variant}", summary)
+    for name, summary in following_rows(results["following"]):
+        row(name, summary)
     row("smallest real CPU session creation", results["session_creation"])
     row("import onnx_device_guard after torch", results["import"])
     lines.append("")
