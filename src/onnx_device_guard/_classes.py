@@ -65,7 +65,7 @@ def describe_options(options: _GuardOptions) -> str:
     given = [
         f"{item.name}={getattr(options, item.name)!r}"
         for item in fields(options)
-        if getattr(options, item.name) is not None
+        if item.compare and getattr(options, item.name) is not None
     ]
     return ", ".join(given) if given else "no options"
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from ._classes import guard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
-from ._model_alignment import AlignOptions, DeviceSource, SessionAttr, align_model
+from ._following import Follower
+from ._model_alignment import AlignOptions, DeviceSource, SessionAttr, align_model, follow_model
 from ._pickling import WrapperByReference
 from ._policy import DeviceMismatchResolutionMode
 
@@ -51,6 +53,7 @@ def device_guard(
     device_attr: str | None = None,
     device: DeviceSource | None = None,
     require_session: bool = True,
+    follow: bool = True,
 ) -> _Decorator: ...
 
 
@@ -64,6 +67,7 @@ def device_guard(
     device_attr: str | None = None,
     device: DeviceSource | None = None,
     require_session: bool = True,
+    follow: bool = True,
 ) -> Any:
     """Align the device of the model that a `from_pretrained`-style factory returns.
 
@@ -115,6 +119,15 @@ def device_guard(
         require_session: `False` lets a result that holds no session (a
             loader's non-ONNX path) through unchanged; by default it is an
             error.
+        follow: `True` (the default) keeps each model it returns in line with
+            its sessions after load: when a session's providers change
+            (`set_providers`, or onnxruntime's own fallback to CPU after a
+            GPU provider fails in `run()`), the model is aligned again at
+            once, with the mode and fallback device in force at load. In
+            `"fallback"` mode its device is rewritten and one WARNING names
+            the old and new providers; in `"fail"` mode the call that changed
+            the providers raises `EnvironmentConfigurationError`. Sessions
+            hold the model only weakly. `False` aligns at load only.
 
     Returns:
         The guarded factory, or a decorator that guards one when called with
@@ -187,14 +200,26 @@ def device_guard(
         device_attr,
         device=device,
         require_session=require_session,
+        follow=follow,
     )
     if wrapped is None:
         return guard.decorate
     return guard.decorate(wrapped)
 
 
+@dataclass(frozen=True)
 class _GuardOptions(AlignOptions):
-    """The options of one `device_guard`, validated when the decorator is applied."""
+    """The options of one `device_guard`, validated when the decorator is applied.
+
+    Each application of the guard has its own `follower`, through which the
+    models it returns follow their sessions' provider changes; a patch's
+    `undo()` closes it.
+    """
+
+    follower: Follower = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "follower", Follower(enabled=self.follow))
 
     def decorate(self, wrapped: Any) -> Any:
         if not (callable(wrapped) or isinstance(wrapped, classmethod | staticmethod)):
@@ -220,6 +245,7 @@ class _GuardOptions(AlignOptions):
         constructor's).
         """
         align_model(model, self, factory, args, kwargs)
+        follow_model(model, self, self.follower, factory, args, kwargs)
 
 
 def _is_coroutine_factory(wrapped: object) -> bool:

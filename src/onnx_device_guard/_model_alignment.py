@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import torch
@@ -31,7 +31,8 @@ from ._discovery import (
     session_source,
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
-from ._policy import DeviceMismatchResolutionMode, check_mode
+from ._following import Follower
+from ._policy import DeviceMismatchResolutionMode, check_mode, current_policy, device_policy
 
 logger = logging.getLogger("onnx_device_guard")
 
@@ -57,6 +58,7 @@ class AlignOptions:
     device_attr: str | None
     device: DeviceOption = None
     require_session: bool = True
+    follow: bool = True
 
     @classmethod
     def build(
@@ -68,6 +70,7 @@ class AlignOptions:
         *,
         device: object = None,
         require_session: object = True,
+        follow: object = True,
     ) -> _Options:
         """Check every option, raising `ModelInputError` for one that cannot be used."""
         if device_attr is not None and device is not None:
@@ -90,7 +93,66 @@ class AlignOptions:
             device_attr=None if device_attr is None else _device_attr(device_attr),
             device=device_option(device),
             require_session=require_session,
+            follow=_follow(follow),
         )
+
+
+def _follow(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ModelInputError(
+        f"follow must be True or False; got {type(value).__name__} {safe_repr(value)}."
+    )
+
+
+def follow_model(
+    model: object,
+    options: AlignOptions,
+    follower: Follower,
+    factory: object | None = None,
+    args: tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] | None = None,
+) -> None:
+    """Align `model` again whenever one of its sessions changes providers.
+
+    Call it once the model has been aligned at load. A change may come in
+    another thread under other scopes, so the options are fixed now: the
+    mode, fallback device and warnings in force at load, and for a model
+    without a device attribute the device the call asked for.
+    """
+    if not follower.enabled:
+        return
+    sessions = [
+        (path, session)
+        for path, session in find_sessions(model, options.session_source, factory)[0]
+        if session is not None
+    ]
+    if not sessions:
+        return
+    policy = current_policy()
+    device = options.device
+    if find_device_attribute(model, options.device_attr, factory) is None:
+        found = requested_device(options.device, factory, args, kwargs, model)
+        if found is not None:
+            device = as_device(found[0], "device")
+    fixed = replace(
+        options,
+        resolution_mode=options.resolution_mode or policy.resolution_mode,
+        fallback_device=options.fallback_device or policy.fallback_device,
+        device=device,
+    )
+    warn = policy.warn
+
+    def on_change(
+        model: object,
+        session_name: str,
+        old: tuple[str, ...] | None,
+        new: tuple[str, ...] | None,
+    ) -> None:
+        with device_policy(warn=warn):
+            align_model(model, fixed, factory)
+
+    follower.watch(model, sessions, on_change)
 
 
 def _device_attr(value: object) -> str:

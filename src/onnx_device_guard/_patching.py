@@ -268,6 +268,7 @@ class _Installation:
         for step in reversed(self.undo_steps):
             step()
         self.undo_steps.clear()
+        self.options.follower.close()  # the sessions of models it built stop being followed
         for key in [key for key, owner in _owners.items() if owner is self]:
             del _owners[key]
 
