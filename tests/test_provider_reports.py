@@ -66,7 +66,7 @@ class GetRaises(Mapping[str, object]):
     def __getitem__(self, key: str) -> NoReturn:
         raise TypeError("unhashable today")
 
-    def get(self, key: str, default: object = None) -> NoReturn:  # type: ignore[override]
+    def get(self, key: str, default: object = None) -> NoReturn:
         raise TypeError("unhashable today")
 
     def __iter__(self) -> Iterator[str]:

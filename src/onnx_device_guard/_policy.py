@@ -59,7 +59,7 @@ def check_warn(value: object) -> bool:
         return value
     kind = type(value)
     if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
-        return bool(value)  # type: ignore[arg-type]
+        return bool(value)
     raise ModelInputError(
         f"warn must be True or False; got {_type_label(value)} {short_repr(value)}."
     )
@@ -126,8 +126,12 @@ def base_policy() -> Policy:
     base = _base
     if base is None:
         defaults = read_environment()
-        own: _Options = (defaults.resolution_mode, defaults.fallback_device, defaults.warn)
-        base = _base = Policy(*own, own=own)
+        base = _base = Policy(
+            resolution_mode=defaults.resolution_mode,
+            fallback_device=defaults.fallback_device,
+            warn=defaults.warn,
+            own=(defaults.resolution_mode, defaults.fallback_device, defaults.warn),
+        )
     return base
 
 
@@ -307,7 +311,8 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
             >>> quiet()
             'ran inside the scope'
         """
-        if not (callable(function) or isinstance(function, classmethod | staticmethod)):
+        candidate: object = function  # typed as callable, but users pass anything
+        if not (callable(candidate) or isinstance(candidate, classmethod | staticmethod)):
             raise ModelInputError(
                 "device_policy decorates a function or method; "
                 f"got {type(function).__name__} {short_repr(function)}."

@@ -124,26 +124,29 @@ def provider_device_id(session: object, provider: str) -> int | None:
         if type(all_options) is dict or isinstance(all_options, Mapping):
             options = all_options.get(provider)
         else:
-            return _unchecked(
+            _unchecked(
                 provider,
                 "session.get_provider_options() returned "
                 f"{type(all_options).__name__} {short_repr(all_options)}, not a mapping",
             )
+            return None
         if options is None:
             return None
         if type(options) is dict or isinstance(options, Mapping):
             raw = options.get("device_id")
         else:
-            return _unchecked(
+            _unchecked(
                 provider,
                 f"its options are {type(options).__name__} {short_repr(options)}, not a mapping",
             )
+            return None
     except Exception as error:
-        return _unchecked(
+        _unchecked(
             provider,
             f"reading session.get_provider_options() raised {type(error).__name__}: "
             f"{short_str(error)}",
         )
+        return None
     known = _DEVICE_IDS.get(raw) if type(raw) is str else None
     if known is not None:
         return known
@@ -151,11 +154,12 @@ def provider_device_id(session: object, provider: str) -> int | None:
         return None
     index = parse_device_id(raw)
     if index is None:
-        return _unchecked(
+        _unchecked(
             provider,
             f"it reports device_id={short_repr(raw)}, which is not a GPU index torch "
             f"addresses (0 to {MAX_DEVICE_INDEX})",
         )
+        return None
     return index
 
 
