@@ -33,20 +33,23 @@ def as_device(value: object, name: str) -> torch.device:
     if isinstance(value, torch.device):
         return checked_device(value, name)
     if isinstance(value, str):
+        # torch parses the index into a byte and wraps large numbers round (or
+        # overflows on larger ones still): read the digits after the colon first.
+        _, colon, written = value.rpartition(":")
+        if (
+            colon
+            and written.isascii()
+            and written.isdigit()
+            and (len(written) > len(str(MAX_DEVICE_INDEX)) or int(written) > MAX_DEVICE_INDEX)
+        ):
+            raise _unaddressable(name, value, short_repr(written).strip("'"))
         try:
-            device = torch.device(value)
+            return torch.device(value)
         except (RuntimeError, ValueError, TypeError):
             raise ModelInputError(
                 f"{name}={short_repr(value)} is not a device torch understands; "
                 "pass a torch.device or a string such as 'cpu', 'cuda' or 'cuda:1'."
             ) from None
-        _, colon, written = value.rpartition(":")
-        # torch accepts only plain ASCII digits without leading zeros after the colon;
-        # read them ourselves, because torch parses them into a byte and wraps large
-        # numbers round.
-        if colon and (len(written) > len(str(MAX_DEVICE_INDEX)) or int(written) > MAX_DEVICE_INDEX):
-            raise _unaddressable(name, value, short_repr(written).strip("'"))
-        return device
     raise ModelInputError(
         f"{name} must be a torch.device or a string such as 'cuda:0'; "
         f"got {type(value).__name__} {short_repr(value)}."
