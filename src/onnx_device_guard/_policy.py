@@ -207,15 +207,20 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
     [`aligned_device`][onnx_device_guard.aligned_device] and guarded
     factories use these values for every option they are not given
     explicitly. An option left at `None` keeps the value of the enclosing
-    scope. Outside any scope the defaults are `resolution_mode="fallback"`,
-    `fallback_device=cpu` and `warn=True`.
+    scope. Outside any scope the defaults are those the environment variables
+    `ONNX_DEVICE_GUARD_RESOLUTION_MODE`, `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`
+    and `ONNX_DEVICE_GUARD_WARN` set (read at the first use), else
+    `resolution_mode="fallback"`, `fallback_device=cpu` and `warn=True`.
 
-    Scopes nest, and leaving one (also by an exception) restores the one
-    outside it. They live in a `contextvars.ContextVar`: a new thread
+    Scopes nest, and leaving one (also by an exception) removes that scope
+    and only that one, even out of order: a scope entered later keeps the
+    options it set. They live in a `contextvars.ContextVar`: a new thread
     starts with the defaults, an asyncio task starts with the scope in force
     where it was created, and neither ever sees another's changes. One
     instance may be entered any number of times, also concurrently, and works
-    as a decorator of plain and `async def` functions.
+    as a decorator of plain and `async def` functions. A scope entered inside
+    a generator is also in force for its consumer between items; enter the
+    scope around the loop instead.
 
     Args:
         resolution_mode: `"fail"` or `"fallback"` (see
@@ -226,7 +231,10 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
             scripts on machines known to have no GPU.
 
     Raises:
-        ModelInputError: An option has a value it cannot take.
+        ModelInputError: An option has a value it cannot take; or, on entry,
+            an `ONNX_DEVICE_GUARD_*` environment variable has one.
+        DeviceGuardError: On exit, the scope was not entered in this thread
+            or task.
 
     Examples:
         >>> import torch
