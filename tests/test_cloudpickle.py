@@ -165,10 +165,12 @@ class TestRoundTripInProcess:
         """A guarded function a module-level name holds comes back as itself."""
         assert round_trip(factory) is factory
 
-    def test_module_level_classmethod_aligns(self) -> None:
-        """A guarded classmethod of a module-level class aligns after the trip."""
+    def test_module_level_methods_align(self) -> None:
+        """Guarded class and static methods of a module-level class align after the trip."""
         assert round_trip(Model.from_pretrained)("cpu", "cuda:0").device == "cpu"
         assert round_trip(Model.from_pretrained_outer)("gpu:1", "cuda:0").device == "cuda:1"
+        assert round_trip(Model.build) is Model.build
+        assert round_trip(Model.build)("cpu", "cuda").device == "cpu"
 
     def test_local_policy_function(self) -> None:
         """A local @device_policy function runs inside its scope after the trip."""

@@ -55,7 +55,11 @@ def _note_pickler_asks(wrapper: object) -> bool:
     ship) checks `isinstance(obj, types.FunctionType)`; when it asks, the
     wrapper's `__reduce_ex__` runs right after, and is told so.
     """
-    if sys._getframe(2).f_code.co_name != "reducer_override":
+    try:
+        asker = sys._getframe(2)
+    except ValueError:  # read from native code with no Python caller
+        return False
+    if asker.f_code.co_name != "reducer_override":
         return False
     _asked.wrapper_id = id(wrapper)
     return True
