@@ -58,16 +58,10 @@ def as_device(value: object, name: str) -> torch.device:
 
 def checked_device(device: torch.device, name: str) -> torch.device:
     """Return `device` if torch addresses its index, else raise `ModelInputError`."""
-    if _addressable(device):
-        return device
-    raise _unaddressable(name, device, device.index)
-
-
-@functools.cache
-def _addressable(device: torch.device) -> bool:
-    # Kept per device: the hot path sees the same few devices over and over.
     index: int | None = device.index  # torch's stubs omit the None
-    return index is None or 0 <= index <= MAX_DEVICE_INDEX
+    if index is None or 0 <= index <= MAX_DEVICE_INDEX:
+        return device
+    raise _unaddressable(name, device, index)
 
 
 def _unaddressable(name: str, value: object, index: object) -> ModelInputError:
