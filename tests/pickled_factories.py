@@ -83,3 +83,42 @@ def policy_in_force() -> tuple[str, str, bool]:
     """The policy a worker runs with, as plain values."""
     policy = current_policy()
     return policy.resolution_mode, str(policy.fallback_device), policy.warn
+
+
+def load_model_impl(session_kind: str, device: torch.device | str) -> Model:
+    """The plain factory that ``load_model_alias`` guards under another name."""
+    return Model(session_for(session_kind), device, os.getpid())
+
+
+load_model_alias = device_guard(load_model_impl)
+"""Guarded under a new name while the plain function keeps its own: pickles as the alias."""
+
+
+def load_model_unbound_impl(session_kind: str, device: torch.device | str) -> Model:
+    """A plain factory whose guarded versions are bound to no module-level name."""
+    return Model(session_for(session_kind), device, os.getpid())
+
+
+UNBOUND_GUARDS = {
+    "held by a dict": device_guard(load_model_unbound_impl),
+    "lambda": device_guard(lambda kind, device: Model(session_for(kind), device, os.getpid())),
+}
+"""Guarded objects no name in this module holds: pickle cannot find them again by name."""
+
+
+def call_cloudpickled(blob: bytes, *args: object) -> object:
+    """Run in a worker: load a cloudpickled callable and call it."""
+    import cloudpickle
+
+    return cloudpickle.loads(blob)(*args)
+
+
+def device_of_cloudpickled(blob: bytes, *args: object) -> str:
+    """Run in a worker: call a cloudpickled factory and return its model's device only.
+
+    The model's class may exist by value only (defined in another ``__main__``),
+    so the model itself could not travel back with ``pickle``.
+    """
+    import cloudpickle
+
+    return str(cloudpickle.loads(blob)(*args).device)

@@ -146,8 +146,10 @@ valid_devices = valid_device_strings.flatmap(
 bad_devices = st.one_of(
     st.sampled_from(["", "gpu", "CUDA", "cuda:-1", "cuda:0 ", "cuda:x", "cuda:1:2", "tpu:0"]),
     st.sampled_from([None, 0, 1.5, b"cuda", ("cuda", 0), ["cuda"]]),
+    st.sampled_from(["cuda:128", "cuda:256", "cpu:300", "meta:999"]),
+    st.integers(min_value=128, max_value=255).map(lambda index: torch.device("cuda", index)),
 )
-"""Values that are not devices: unparsable strings and wrong types."""
+"""Values that are not devices: unparsable strings, wrong types, indices torch wraps round."""
 
 devices = st.one_of(valid_devices, valid_devices, valid_devices, bad_devices)
 

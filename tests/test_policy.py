@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
+import numpy
 import pytest
 import torch
 
 from onnx_device_guard import (
+    DeviceGuardError,
     EnvironmentConfigurationError,
     ModelInputError,
     align_device_with_onnx_session,
@@ -285,3 +287,162 @@ class TestAlignedDevice:
             aligned_device(cuda_session(0), "cuda", warn="yes"),  # type: ignore[arg-type]
         ):
             pass
+
+
+def state() -> tuple[str, torch.device, bool]:
+    policy = current_policy()
+    return policy.resolution_mode, policy.fallback_device, policy.warn
+
+
+DEFAULTS = ("fallback", CPU, True)
+
+
+class TestExitRemovesItsOwnScope:
+    """Leaving a scope removes exactly the scope its entry added, whatever the order."""
+
+    def test_outer_scope_leaves_first(self) -> None:
+        """An out-of-order exit keeps the later scope and its own options.
+
+        Before: the exit popped the innermost scope, someone else's.
+        """
+        strict, to_meta = device_policy("fail"), device_policy(fallback_device="meta")
+        strict.__enter__()
+        to_meta.__enter__()
+        assert state() == ("fail", META, True)
+        strict.__exit__(None, None, None)
+        assert state() == ("fallback", META, True), "meta stays; fail, inherited, goes"
+        to_meta.__exit__(None, None, None)
+        assert state() == DEFAULTS
+
+    def test_middle_of_three(self) -> None:
+        """Removing a middle scope rebuilds the ones after it on what remains."""
+        quiet, strict, to_meta = (
+            device_policy(warn=False),
+            device_policy("fail"),
+            device_policy(fallback_device="meta"),
+        )
+        for scope in (quiet, strict, to_meta):
+            scope.__enter__()
+        strict.__exit__(None, None, None)
+        assert state() == ("fallback", META, False)
+        quiet.__exit__(None, None, None)
+        assert state() == ("fallback", META, True)
+        to_meta.__exit__(None, None, None)
+        assert state() == DEFAULTS
+
+    def test_generator_closed_inside_the_callers_scope(self) -> None:
+        """The issue's case: the caller's own scope keeps its values when the generator closes.
+
+        Before: the caller's `with device_policy(fallback_device="meta")`
+        turned into fail/cpu, because the generator's exit popped it.
+        """
+
+        def rows() -> Generator[int, None, None]:
+            with device_policy("fail"):
+                yield 1
+                yield 2
+
+        generator = rows()
+        next(generator)
+        assert state()[0] == "fail", "the documented limit: the consumer sees it"
+        with device_policy(fallback_device="meta"):
+            generator.close()
+            assert state() == ("fallback", META, True)
+        assert state() == DEFAULTS
+
+    def test_same_instance_nested_and_out_of_order(self) -> None:
+        """One instance entered twice unwinds one entry per exit."""
+        strict, to_meta = device_policy("fail"), device_policy(fallback_device="meta")
+        with strict:
+            to_meta.__enter__()
+            with strict:
+                assert state() == ("fail", META, True)
+            assert state() == ("fail", META, True)
+        assert state() == ("fallback", META, True)
+        to_meta.__exit__(None, None, None)
+        assert state() == DEFAULTS
+
+    def test_exit_without_entry_is_an_error(self) -> None:
+        """Leaving a scope never entered here raises, and changes nothing."""
+        with device_policy(fallback_device="meta"):
+            with pytest.raises(DeviceGuardError, match="not entered in this thread or task"):
+                device_policy("fail").__exit__(None, None, None)
+            assert state() == ("fallback", META, True)
+
+    def test_exit_in_another_thread_is_an_error(self) -> None:
+        """A scope entered in one thread cannot be left from another."""
+        scope = device_policy("fail")
+        scope.__enter__()
+        errors: list[BaseException] = []
+
+        def leave() -> None:
+            try:
+                scope.__exit__(None, None, None)
+            except DeviceGuardError as error:
+                errors.append(error)
+
+        thread = threading.Thread(target=leave)
+        thread.start()
+        thread.join()
+        assert len(errors) == 1
+        assert state()[0] == "fail"
+        scope.__exit__(None, None, None)
+        assert state() == DEFAULTS
+
+    def test_tasks_interleaving_one_instance(self) -> None:
+        """Tasks that share one instance each leave their own scope."""
+        strict = device_policy("fail")
+        seen: list[str] = []
+
+        async def task(step: asyncio.Event, other: asyncio.Event) -> None:
+            with strict:
+                step.set()
+                await other.wait()
+                seen.append(current_policy().resolution_mode)
+            seen.append(current_policy().resolution_mode)
+
+        async def both() -> None:
+            first, second = asyncio.Event(), asyncio.Event()
+            await asyncio.gather(task(first, second), task(second, first))
+
+        asyncio.run(both())
+        assert sorted(seen) == ["fail", "fail", "fallback", "fallback"]
+        assert state() == DEFAULTS
+
+
+class TestOddOptionValues:
+    """Values at the edge of what an option takes."""
+
+    @pytest.mark.parametrize(("value", "expected"), [(numpy.True_, True), (numpy.False_, False)])
+    def test_numpy_bools_are_bools(self, value: object, expected: bool) -> None:
+        """warn=numpy.True_ (what array.any() returns) is taken as True, not refused."""
+        with device_policy(warn=value):  # type: ignore[arg-type]
+            assert current_policy().warn is expected
+
+    @pytest.mark.parametrize("value", [numpy.array([True]), numpy.int64(1), 1, "True"])
+    def test_other_values_are_refused_with_their_type(self, value: object) -> None:
+        """Anything else is refused; the message names the type as Python spells it."""
+        with pytest.raises(ModelInputError, match="warn must be True or False") as info:
+            device_policy(warn=value)  # type: ignore[arg-type]
+        assert "got bool" not in info.value.message
+
+    def test_decorating_a_non_callable_is_refused_at_once(self) -> None:
+        """device_policy()(5): refused at decoration, as device_guard refuses it.
+
+        Before: accepted, then a TypeError at call time.
+        """
+        with pytest.raises(ModelInputError, match="int 5"):
+            device_policy()(5)  # type: ignore[type-var]
+
+    def test_generator_message_recommends_what_works(self) -> None:
+        """The refusal no longer recommends a scope inside the generator."""
+
+        def numbers() -> Iterator[int]:
+            yield 1
+
+        with pytest.raises(ModelInputError) as info:
+            device_policy("fail")(numbers)
+        message = info.value.message
+        assert "inside it instead" not in message
+        assert "around each use of the generator" in message
+        assert "pass the options explicitly" in message

@@ -20,8 +20,11 @@ from onnx_device_guard import (
 )
 
 from .pickled_factories import (
+    UNBOUND_GUARDS,
     Model,
     load_model,
+    load_model_alias,
+    load_model_impl,
     load_model_strictly,
     load_model_to_meta,
     load_model_to_meta_outer,
@@ -116,6 +119,51 @@ class TestPickle:
             pickle.dumps(local_factory)
 
 
+class TestPickleChecksIdentity:
+    """By reference only when the name holds the very wrapper: never the unguarded function."""
+
+    @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+    def test_alias_comes_back_guarded(self, protocol: int) -> None:
+        """``alias = device_guard(impl)``: before, unpickling gave back ``impl``, unguarded."""
+        restored = pickle.loads(pickle.dumps(load_model_alias, protocol=protocol))
+        assert restored is load_model_alias
+        assert restored is not load_model_impl
+        assert restored("cpu", "cuda:0").device == "cpu"
+
+    @pytest.mark.parametrize("name", sorted(UNBOUND_GUARDS))
+    def test_guard_no_name_holds_is_a_pickling_error(self, name: str) -> None:
+        """A guarded lambda, or one only a dict holds: PicklingError saying what to do.
+
+        Before: it pickled, and the worker failed with AttributeError
+        (BrokenProcessPool), or got the unguarded function back.
+        """
+        with pytest.raises(pickle.PicklingError, match="cloudpickle") as info:
+            pickle.dumps(UNBOUND_GUARDS[name])
+        assert "module-level name" in str(info.value)
+
+    def test_message_names_what_the_name_holds(self) -> None:
+        """When the name holds the plain function, the message says so."""
+        with pytest.raises(pickle.PicklingError, match="without its decorator"):
+            pickle.dumps(UNBOUND_GUARDS["held by a dict"])
+
+    def test_classmethod_of_a_local_class(self) -> None:
+        """A guarded classmethod on a local class: PicklingError, not AttributeError."""
+
+        class Local:
+            @classmethod
+            @device_guard
+            def make(cls) -> None:
+                raise AssertionError("never called")
+
+        with pytest.raises(pickle.PicklingError, match="defined inside a function"):
+            pickle.dumps(Local.make)
+
+    def test_policy_on_a_lambda(self) -> None:
+        """device_policy on a lambda no name holds: PicklingError too."""
+        with pytest.raises(pickle.PicklingError, match="cloudpickle"):
+            pickle.dumps(device_policy("fail")(lambda: None))
+
+
 class TestSpawnProcessPool:
     """Guarded factories run in spawned workers and their models come back aligned."""
 
@@ -130,6 +178,12 @@ class TestSpawnProcessPool:
             assert model.made_in != os.getpid(), "built in a worker"
             assert model.device == aligned
             assert type(model.device) is type(aligned)
+
+    def test_alias_aligns_in_the_worker(self, spawn_pool: ProcessPoolExecutor) -> None:
+        """The worker runs the guarded alias: cpu, not the cuda:0 the plain function keeps."""
+        model = spawn_pool.submit(load_model_alias, "cpu", "cuda:0").result(timeout=120)
+        assert model.device == "cpu"
+        assert model.made_in != os.getpid()
 
     def test_map_many(self, spawn_pool: ProcessPoolExecutor) -> None:
         """A batch through pool.map keeps each model's own alignment."""

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from ._devices import DeviceLike, as_device, cuda_device, cuda_index, is_cuda
-from ._errors import EnvironmentConfigurationError, ModelInputError, help_url
+from ._devices import DeviceLike, as_device, checked_device, cuda_index, is_cuda
+from ._errors import EnvironmentConfigurationError, help_url
 from ._policy import (
     DeviceMismatchResolutionMode,
     Policy,
@@ -131,13 +131,8 @@ def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
         index = cuda_index(device)
     if index == device_id:
         return None
-    session_device = cuda_device(device_id)
-    if session_device is None:
-        raise ModelInputError(
-            f"{provider} reports device_id={device_id}, which is not a GPU index torch can "
-            "address; expected a small non-negative integer such as '0'."
-        )
-    return Mismatch(device, providers, provider, index, session_device)
+    # provider_device_id only returns indices torch addresses.
+    return Mismatch(device, providers, provider, index, torch.device("cuda", device_id))
 
 
 def align_device_with_onnx_session(
@@ -324,7 +319,11 @@ def _arguments(
     """
     policy = current_policy()
     mode = policy.resolution_mode if resolution_mode is None else check_mode(resolution_mode)
-    requested = device if isinstance(device, torch.device) else as_device(device, "device")
+    requested = (
+        checked_device(device, "device")
+        if isinstance(device, torch.device)
+        else as_device(device, "device")
+    )
     fallback = (
         policy.fallback_device
         if fallback_device is None

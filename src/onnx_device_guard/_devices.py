@@ -1,4 +1,4 @@
-"""Turning what users pass as a device into a `torch.device`."""
+"""Turning what users pass as a device into a `torch.device` torch really addresses."""
 
 from __future__ import annotations
 
@@ -7,29 +7,68 @@ import functools
 import torch
 
 from ._errors import ModelInputError
+from ._messages import short_repr
 
 DeviceLike = torch.device | str
 """A `torch.device`, or a string torch parses into one (`"cuda:1"`)."""
 
+MAX_DEVICE_INDEX = 127
+"""The largest device index torch keeps as it is.
+
+torch stores a device index in a signed byte: `torch.device("cuda", 128)`
+comes back as `cuda:-128`, the string `"cuda:128"` as index 65408 and
+`"cuda:256"` as `cuda:0`.
+"""
+
 
 def as_device(value: object, name: str) -> torch.device:
-    """Return `value` as a `torch.device`, or raise `ModelInputError`.
+    """Return `value` as a `torch.device` with an index torch addresses.
 
     `name` is the argument's name, used in the message.
+
+    Raises:
+        ModelInputError: `value` is neither a `torch.device` nor a string
+            torch parses, or its index is one torch would silently change.
     """
     if isinstance(value, torch.device):
-        return value
+        return checked_device(value, name)
     if isinstance(value, str):
+        # torch parses the index into a byte and wraps large numbers round (or
+        # overflows on larger ones still): read the digits after the colon first.
+        _, colon, written = value.rpartition(":")
+        if (
+            colon
+            and written.isascii()
+            and written.isdigit()
+            and (len(written) > len(str(MAX_DEVICE_INDEX)) or int(written) > MAX_DEVICE_INDEX)
+        ):
+            raise _unaddressable(name, value, short_repr(written).strip("'"))
         try:
             return torch.device(value)
         except (RuntimeError, ValueError, TypeError):
             raise ModelInputError(
-                f"{name}={value!r} is not a device torch understands; "
+                f"{name}={short_repr(value)} is not a device torch understands; "
                 "pass a torch.device or a string such as 'cpu', 'cuda' or 'cuda:1'."
             ) from None
     raise ModelInputError(
         f"{name} must be a torch.device or a string such as 'cuda:0'; "
-        f"got {type(value).__name__} {value!r}."
+        f"got {type(value).__name__} {short_repr(value)}."
+    )
+
+
+def checked_device(device: torch.device, name: str) -> torch.device:
+    """Return `device` if torch addresses its index, else raise `ModelInputError`."""
+    index: int | None = device.index  # torch's stubs omit the None
+    if index is None or 0 <= index <= MAX_DEVICE_INDEX:
+        return device
+    raise _unaddressable(name, device, index)
+
+
+def _unaddressable(name: str, value: object, index: object) -> ModelInputError:
+    return ModelInputError(
+        f"{name}={short_repr(value)} has device index {index}, which torch cannot address "
+        f"(it keeps indices 0 to {MAX_DEVICE_INDEX} and silently changes larger ones); "
+        "pass the index of a GPU this machine has, such as 'cuda:0'."
     )
 
 
@@ -65,8 +104,6 @@ def cuda_device(index: int) -> torch.device | None:
     torch keeps a device index in a small integer: `torch.device("cuda", 128)`
     wraps round to `cuda:-128`, and larger values overflow.
     """
-    try:
-        device = torch.device("cuda", index)
-    except (RuntimeError, ValueError, OverflowError):
+    if not 0 <= index <= MAX_DEVICE_INDEX:
         return None
-    return device if device.index == index else None
+    return torch.device("cuda", index)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._devices import MAX_DEVICE_INDEX
 from ._errors import ModelInputError
+from ._messages import short_repr, short_str
 
 GPU_CAPABLE_EXECUTION_PROVIDERS: frozenset[str] = frozenset(
     {
@@ -31,6 +35,7 @@ Examples:
     False
 """
 
+logger = logging.getLogger("onnx_device_guard")
 
 _DEVICE_IDS = {str(index): index for index in range(64)}
 """`device_id` values as onnxruntime reports them (`"0"`), and the index each names."""
@@ -45,26 +50,53 @@ def require_session(session: object) -> Callable[[], object]:
     if not callable(get_providers):
         raise ModelInputError(
             "session must be an onnxruntime.InferenceSession, or any object with a "
-            f"get_providers() method; got {type(session).__name__} {_short_repr(session)}."
+            f"get_providers() method; got {type(session).__name__} {short_repr(session)}."
         )
     return get_providers  # type: ignore[no-any-return]
 
 
 def effective_providers(session: object) -> tuple[str, ...]:
-    """Return `session.get_providers()` as a tuple, or raise `ModelInputError`."""
+    """Return `session.get_providers()` as a tuple, or raise `ModelInputError`.
+
+    Any iterable of provider names will do (a list, as onnxruntime returns,
+    a tuple, a set, a generator), but not a bare string.
+    """
     providers = _ask(require_session(session), "get_providers")
-    if not isinstance(providers, (list, tuple)):
-        raise ModelInputError(
-            "session.get_providers() must return a list of provider names; "
-            f"got {type(providers).__name__} {_short_repr(providers)}."
-        )
-    for name in providers:
+    if type(providers) is list or type(providers) is tuple:  # the common case, first
+        names = tuple(providers)
+    elif isinstance(providers, str | bytes) or not _is_iterable(providers):
+        raise _not_names(providers)
+    else:
+        try:
+            names = tuple(providers)
+        except Exception as error:
+            raise ModelInputError(
+                "Iterating over what session.get_providers() returned "
+                f"({type(providers).__name__} {short_repr(providers)}) raised "
+                f"{type(error).__name__}: {short_str(error)}. Pass a fully initialised "
+                "onnxruntime.InferenceSession."
+            ) from error
+    for name in names:
         if not isinstance(name, str):
             raise ModelInputError(
-                "session.get_providers() must return a list of provider names (strings); "
-                f"got {_short_repr(providers)}."
+                "session.get_providers() must return provider names (strings); got "
+                f"{type(name).__name__} {short_repr(name)} in {short_repr(providers)}."
             )
-    return tuple(providers)
+    return names
+
+
+def _is_iterable(value: object) -> bool:
+    try:
+        return callable(getattr(type(value), "__iter__", None))
+    except Exception:  # a metaclass whose lookup raises
+        return False
+
+
+def _not_names(providers: object) -> ModelInputError:
+    return ModelInputError(
+        "session.get_providers() must return a list (or another iterable) of provider "
+        f"names; got {type(providers).__name__} {short_repr(providers)}."
+    )
 
 
 def first_gpu_provider(providers: tuple[str, ...]) -> str | None:
@@ -76,38 +108,93 @@ def first_gpu_provider(providers: tuple[str, ...]) -> str | None:
 
 
 def provider_device_id(session: object, provider: str) -> int | None:
-    """Return the `device_id` that `provider` runs on in `session`, if it says.
+    """Return the GPU index that `provider` runs on in `session`, if it can be read.
 
-    `None` when the session has no `get_provider_options()` or the provider's
-    options hold no `device_id`. Malformed options raise `ModelInputError`.
+    `None` means "index not checked": the session has no
+    `get_provider_options()`, or the provider's options hold no `device_id`,
+    or what the session reports cannot be read as a GPU index torch
+    addresses. In the last case one WARNING names the value. Never raises: a
+    session that can read the device must not fail on a report about which GPU.
     """
     try:
         get_options = getattr(session, "get_provider_options", None)
+        if not callable(get_options):
+            return None
+        all_options = get_options()
+        if type(all_options) is dict or isinstance(all_options, Mapping):
+            options = all_options.get(provider)
+        else:
+            _unchecked(
+                provider,
+                "session.get_provider_options() returned "
+                f"{type(all_options).__name__} {short_repr(all_options)}, not a mapping",
+            )
+            return None
+        if options is None:
+            return None
+        if type(options) is dict or isinstance(options, Mapping):
+            raw = options.get("device_id")
+        else:
+            _unchecked(
+                provider,
+                f"its options are {type(options).__name__} {short_repr(options)}, not a mapping",
+            )
+            return None
     except Exception as error:
-        raise _lookup_error("get_provider_options", error) from error
-    if not callable(get_options):
-        return None
-    all_options = _ask(get_options, "get_provider_options")
-    if type(all_options) is not dict and not isinstance(all_options, Mapping):
-        raise ModelInputError(
-            "session.get_provider_options() must return a mapping of provider name to "
-            f"options; got {type(all_options).__name__} {_short_repr(all_options)}."
+        _unchecked(
+            provider,
+            f"reading session.get_provider_options() raised {type(error).__name__}: "
+            f"{short_str(error)}",
         )
-    options = all_options.get(provider)
-    if options is None:
         return None
-    if type(options) is not dict and not isinstance(options, Mapping):
-        raise ModelInputError(
-            f"session.get_provider_options()[{provider!r}] must be a mapping of option "
-            f"names to values; got {type(options).__name__} {_short_repr(options)}."
-        )
-    raw = options.get("device_id")
     known = _DEVICE_IDS.get(raw) if type(raw) is str else None
     if known is not None:
-        return known  # the common case, first
+        return known
     if raw is None:
         return None
-    return _parse_device_id(raw, provider)
+    index = parse_device_id(raw)
+    if index is None:
+        _unchecked(
+            provider,
+            f"it reports device_id={short_repr(raw)}, which is not a GPU index torch "
+            f"addresses (0 to {MAX_DEVICE_INDEX})",
+        )
+        return None
+    return index
+
+
+def parse_device_id(raw: object) -> int | None:
+    """Return `raw` as a GPU index torch addresses, or `None` if it is not one.
+
+    An integer (not a bool), or a string of ASCII digits. Whitespace around
+    the digits is ignored, as onnxruntime's own parser ignores it when it
+    reads the `device_id` option (`" 1"` selects GPU 1 there too).
+    """
+    if isinstance(raw, str):
+        text = raw.strip()
+        if not (text.isascii() and text.isdigit()):
+            return None
+        digits = text.lstrip("0") or "0"
+        if len(digits) > len(str(MAX_DEVICE_INDEX)):  # never int() a megabyte of digits
+            return None
+        index = int(digits)
+    elif isinstance(raw, bool):
+        return None
+    else:
+        try:
+            index = operator.index(raw)  # type: ignore[arg-type]
+        except Exception:
+            return None
+    return index if 0 <= index <= MAX_DEVICE_INDEX else None
+
+
+def _unchecked(provider: str, why: str) -> None:
+    logger.warning(
+        "Cannot tell which GPU %s runs on: %s. The device index is not checked; the "
+        "device is aligned by provider type alone.",
+        provider,
+        why,
+    )
 
 
 def _ask(method: Callable[[], object], name: str) -> Any:
@@ -116,32 +203,13 @@ def _ask(method: Callable[[], object], name: str) -> Any:
         return method()
     except Exception as error:
         raise ModelInputError(
-            f"session.{name}() raised {type(error).__name__}: {error}. "
+            f"session.{name}() raised {type(error).__name__}: {short_str(error)}. "
             "Pass a fully initialised onnxruntime.InferenceSession."
         ) from error
 
 
 def _lookup_error(name: str, error: Exception) -> ModelInputError:
     return ModelInputError(
-        f"Looking up session.{name} raised {type(error).__name__}: {error}. "
+        f"Looking up session.{name} raised {type(error).__name__}: {short_str(error)}. "
         "Pass a fully initialised onnxruntime.InferenceSession."
     )
-
-
-def _parse_device_id(raw: object, provider: str) -> int:
-    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
-        return raw
-    if isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
-        return int(raw)
-    raise ModelInputError(
-        f"{provider} reports device_id={raw!r}, which is not a GPU index; "
-        "expected a non-negative integer such as '0'."
-    )
-
-
-def _short_repr(value: object, limit: int = 80) -> str:
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__} object>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."

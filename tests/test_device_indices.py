@@ -1,0 +1,129 @@
+"""Device indices torch cannot address are errors everywhere a device is passed.
+
+torch keeps a device index in a signed byte and changes larger ones without a
+word: ``"cuda:256"`` parses as ``cuda:0``, ``"cuda:128"`` as index 65408, and
+``torch.device("cuda", 128)`` as ``cuda:-128``. Every device a user passes,
+as a string or a ``torch.device``, must have an index torch really
+addresses, or raise ``ModelInputError`` naming it: in the core, the guard,
+the scopes and the doctor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from onnx_device_guard import (
+    ModelInputError,
+    align_device_with_onnx_session,
+    aligned_device,
+    device_guard,
+    device_policy,
+)
+from onnx_device_guard._cli import main
+
+from .sessions import cpu_session, cuda_session
+
+BAD_STRINGS = ["cuda:128", "cuda:256", "cuda:65536", "cuda:4294967296", "cpu:300", "meta:999"]
+BAD_DEVICES = [torch.device("cuda", 128), torch.device("cuda", 200), torch.device("meta", 250)]
+BAD = [*BAD_STRINGS, *BAD_DEVICES]
+bad = pytest.mark.parametrize("device", BAD, ids=[str(d) for d in BAD])
+
+
+@dataclass
+class Model:
+    session: Any
+    device: Any
+
+
+class TestCore:
+    """align_device_with_onnx_session checks the device and the fallback device."""
+
+    @bad
+    @pytest.mark.parametrize("session", [cpu_session(), cuda_session(0)], ids=["cpu", "gpu"])
+    def test_device(self, device: Any, session: Any) -> None:
+        """Before: cuda:256 was aligned as cuda:0 (kept on a GPU session, silently)."""
+        with pytest.raises(ModelInputError, match="cannot address") as info:
+            align_device_with_onnx_session(session, device)
+        assert "device=" in info.value.message
+
+    @bad
+    def test_fallback_device(self, device: Any) -> None:
+        """Before: fallback_device='cuda:128' returned a device with index 65408."""
+        with pytest.raises(ModelInputError, match="fallback_device="):
+            align_device_with_onnx_session(cpu_session(), "cuda:0", None, device)
+
+    def test_string_names_the_index_as_written(self) -> None:
+        """The message names the index the user wrote, not the one torch made of it."""
+        with pytest.raises(ModelInputError, match="'cuda:256' has device index 256"):
+            align_device_with_onnx_session(cpu_session(), "cuda:256")
+
+    @pytest.mark.parametrize("device", ["cuda:127", torch.device("cuda", 127), "cuda:0", "cuda"])
+    def test_addressable_indices_are_kept(self, device: Any) -> None:
+        """Up to 127, and no index at all, are devices as before."""
+        expected = torch.device(device) if isinstance(device, str) else device
+        assert align_device_with_onnx_session(cuda_session(None), device) == expected
+
+
+class TestGuard:
+    """device_guard checks its fallback_device at decoration and the model's device at call."""
+
+    @bad
+    def test_model_device(self, device: Any) -> None:
+        """A model holding such a device: ModelInputError naming it, the model untouched."""
+        model = Model(cuda_session(0), device)
+
+        @device_guard
+        def load() -> Model:
+            return model
+
+        with pytest.raises(ModelInputError, match="cannot address"):
+            load()
+        assert model.device is device
+
+    @bad
+    def test_fallback_option(self, device: Any) -> None:
+        """device_guard(fallback_device=...) is refused when applied."""
+        with pytest.raises(ModelInputError, match="fallback_device="):
+            device_guard(fallback_device=device)
+
+
+class TestScopes:
+    """device_policy and aligned_device check the devices they are given."""
+
+    @bad
+    def test_device_policy(self, device: Any) -> None:
+        """device_policy(fallback_device=...) is refused on construction."""
+        with pytest.raises(ModelInputError, match="fallback_device="):
+            device_policy(fallback_device=device)
+
+    @bad
+    def test_aligned_device(self, device: Any) -> None:
+        """aligned_device refuses the device and the fallback device alike."""
+        with (
+            pytest.raises(ModelInputError, match="cannot address"),
+            aligned_device(cuda_session(0), device),
+        ):
+            raise AssertionError("not reached")
+        with (
+            pytest.raises(ModelInputError, match="fallback_device="),
+            aligned_device(cpu_session(), "cuda:0", fallback_device=device),
+        ):
+            raise AssertionError("not reached")
+
+
+class TestDoctor:
+    """The doctor's --device: exit 2 with one line naming the device."""
+
+    @pytest.mark.parametrize("device", BAD_STRINGS)
+    def test_exit_2_one_line(self, device: str, capsys: pytest.CaptureFixture[str]) -> None:
+        """Before: --device cuda:256 was reported as cuda:0."""
+        assert main(["doctor", "--device", device]) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.splitlines()
+        assert len(lines) == 1
+        assert repr(device) in lines[0]
+        assert captured.out == ""
