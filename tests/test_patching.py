@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cloudpickle  # type: ignore[import-untyped]
+import cloudpickle
 import pytest
 
 from onnx_device_guard import EnvironmentConfigurationError, ModelInputError, patch

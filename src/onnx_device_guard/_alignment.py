@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ._devices import DeviceLike, as_device, checked_device, cuda_index, is_cuda
-from ._errors import EnvironmentConfigurationError, help_url
+from ._errors import EnvironmentConfigurationError, ModelInputError, help_url
 from ._policy import (
     DeviceMismatchResolutionMode,
     Policy,

@@ -11,7 +11,7 @@ from ._classes import guard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._following import Follower
-from ._model_alignment import AlignOptions, DeviceSource, SessionAttr, align_model, follow_model
+from ._model_alignment import AlignOptions, DeviceSource, SessionAttr, align_model
 from ._pickling import WrapperByReference
 from ._policy import DeviceMismatchResolutionMode
 
@@ -244,8 +244,7 @@ class _GuardOptions(AlignOptions):
         (bound through `inspect.signature(factory)`; for a class, its
         constructor's).
         """
-        align_model(model, self, factory, args, kwargs)
-        follow_model(model, self, self.follower, factory, args, kwargs)
+        align_model(model, self, factory, args, kwargs, self.follower)
 
 
 def _is_coroutine_factory(wrapped: object) -> bool:

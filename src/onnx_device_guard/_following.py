@@ -380,9 +380,11 @@ def _hook_of(session: object) -> _ProviderHook | None:
         existing = current._saved  # copied from another session: not ours to call
     elif defined is None:
         if current is _NOTHING:
-            logger.debug(
-                "Not following a %s session: it has no set_providers to change its providers.",
-                type(session).__name__,
+            _warn_once(
+                "session without set_providers",
+                type(session),
+                "Not following %s sessions: they have no set_providers to change their providers.",
+                logging.DEBUG,
             )
             return None
         if hasattr(type(session), "__getattr__"):
@@ -598,9 +600,10 @@ def _warn_unhookable(session: object, why: str) -> None:
     )
 
 
-def _warn_once(what: str, cls: type, message: str) -> None:
+def _warn_once(what: str, cls: type, message: str, level: int = logging.WARNING) -> None:
+    """Log `message` (at WARNING unless `level` says otherwise) once per `what` and class."""
     with _WARN_LOCK:
         if (what, cls) in _WARNED_CLASSES:
             return
         _WARNED_CLASSES.add((what, cls))
-    logger.warning(message, cls.__qualname__)
+    logger.log(level, message, cls.__qualname__)

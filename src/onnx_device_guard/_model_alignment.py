@@ -109,37 +109,25 @@ def follow_model(
     model: object,
     options: AlignOptions,
     follower: Follower,
-    factory: object | None = None,
-    args: tuple[Any, ...] = (),
-    kwargs: Mapping[str, Any] | None = None,
+    factory: object | None,
+    sessions: list[tuple[str, object]],
+    requested: torch.device | None,
 ) -> None:
-    """Align `model` again whenever one of its sessions changes providers.
+    """Align `model` again whenever one of `sessions` changes providers.
 
-    Call it once the model has been aligned at load. A change may come in
+    Called once the model has been aligned at load. A change may come in
     another thread under other scopes, so the options are fixed now: the
-    mode, fallback device and warnings in force at load, and for a model
-    without a device attribute the device the call asked for.
+    mode, fallback device and warnings in force at load, and, for a model
+    without a device attribute, the device the call asked for (`requested`).
     """
     if not follower.enabled:
         return
-    sessions = [
-        (path, session)
-        for path, session in find_sessions(model, options.session_source, factory)[0]
-        if session is not None
-    ]
-    if not sessions:
-        return
     policy = current_policy()
-    device = options.device
-    if find_device_attribute(model, options.device_attr, factory) is None:
-        found = requested_device(options.device, factory, args, kwargs, model)
-        if found is not None:
-            device = as_device(found[0], "device")
     fixed = replace(
         options,
         resolution_mode=options.resolution_mode or policy.resolution_mode,
         fallback_device=options.fallback_device or policy.fallback_device,
-        device=device,
+        device=options.device if requested is None else requested,
     )
     warn = policy.warn
 
@@ -167,6 +155,7 @@ def align_model(
     factory: object | None = None,
     args: tuple[Any, ...] = (),
     kwargs: Mapping[str, Any] | None = None,
+    follower: Follower | None = None,
 ) -> torch.device | None:
     """Align `model`'s device with its sessions; return the device they read.
 
@@ -202,13 +191,17 @@ def align_model(
                 requested = _arguments(options.resolution_mode, current, options.fallback_device)[2]
                 mismatch = find_mismatch(session, requested)
                 if mismatch is None:
+                    if follower is not None:
+                        follow_model(
+                            model, options, follower, factory, [(session_name, session)], None
+                        )
                     return requested
                 known = ([(session_name, session)], (device_name, current), mismatch)
         except Exception:  # the full path reads again and raises the right error
             pass
         if known is not None:
-            return _align_model(model, options, factory, args, kwargs, known)
-    return _align_model(model, options, factory, args, kwargs)
+            return _align_model(model, options, factory, args, kwargs, follower, known)
+    return _align_model(model, options, factory, args, kwargs, follower)
 
 
 def _align_model(
@@ -217,11 +210,12 @@ def _align_model(
     factory: object | None,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any] | None,
+    follower: Follower | None,
     known: tuple[list[tuple[str, object]], tuple[str, Any], Mismatch] | None = None,
 ) -> torch.device | None:
     """The full path of `align_model`; `known` is what its quick check already read."""
     if known is not None:
-        return _finish(model, options, factory, args, kwargs, known[0], known[1], known[2])
+        return _finish(model, options, factory, args, kwargs, follower, *known)
     sessions, searched = find_sessions(model, options.session_source, factory)
     if not options.require_session:
         sessions = [(path, session) for path, session in sessions if session is not None]
@@ -234,7 +228,7 @@ def _align_model(
         )
         return None
     attribute = find_device_attribute(model, options.device_attr, factory)
-    return _finish(model, options, factory, args, kwargs, sessions, attribute, None)
+    return _finish(model, options, factory, args, kwargs, follower, sessions, attribute, None)
 
 
 def _finish(
@@ -243,6 +237,7 @@ def _finish(
     factory: object | None,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any] | None,
+    follower: Follower | None,
     sessions: list[tuple[str, object]],
     attribute: tuple[str, Any] | None,
     mismatch: Mismatch | None,
@@ -250,6 +245,7 @@ def _finish(
     """Align with `sessions` the device from `attribute` (or the call), write back, log.
 
     `mismatch` is the first session's, when a quick check already found it.
+    With a `follower`, the model then follows its sessions' provider changes.
     """
     if attribute is not None:
         device_name: str | None = attribute[0]
@@ -281,6 +277,10 @@ def _finish(
             f"{error.message} ({context(model, factory)}{single}; device from {source})",
             help_url=error.help_url,
         ) from None
+    if follower is not None:
+        follow_model(
+            model, options, follower, factory, sessions, requested if device_name is None else None
+        )
     if report is None:
         return aligned
     if device_name is not None and aligned != requested:
