@@ -11,6 +11,7 @@ import torch
 
 from ._devices import DeviceLike, as_device, checked_device, cuda_index, is_cuda
 from ._errors import EnvironmentConfigurationError, ModelInputError, help_url
+from ._messages import short_repr
 from ._policy import (
     DeviceMismatchResolutionMode,
     Policy,
@@ -73,8 +74,8 @@ class Mismatch:
         if self.session_device is None:
             return (
                 f"The model asks for device {str(self.device)!r}, but its onnxruntime session"
-                f"{name} runs only {list(self.providers)}, and none of these can read CUDA "
-                "tensors."
+                f"{name} runs only {short_repr(list(self.providers), 400)}, and none of these "
+                "can read CUDA tensors."
             )
         asked = (
             repr(str(self.device))

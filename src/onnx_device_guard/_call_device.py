@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from ._devices import DeviceLike, as_device
-from ._discovery import describe, error_text, factory_name, safe_repr
+from ._discovery import describe, error_text, factory_name
 from ._errors import DeviceGuardError, ModelInputError
+from ._messages import short_repr
 
 DeviceOption = torch.device | Callable[[dict[str, Any]], object] | None
 """The `device=` option once checked: a fixed device, a callable, or `None`."""
@@ -34,7 +35,7 @@ def device_option(value: object) -> DeviceOption:
     raise ModelInputError(
         "device must be a torch.device, a string such as 'cuda', or a callable that takes "
         "the factory call's arguments as a dict and returns one; "
-        f"got {type(value).__name__} {safe_repr(value)}."
+        f"got {type(value).__name__} {short_repr(value)}."
     )
 
 
@@ -115,7 +116,7 @@ def requested_device(
     if not isinstance(value, torch.device | str):
         raise ModelInputError(
             f"{describe(model, factory)} without a device attribute, and {source} gave "
-            f"{type(value).__name__} {safe_repr(value)}, not a torch.device or a string such "
+            f"{type(value).__name__} {short_repr(value)}, not a torch.device or a string such "
             "as 'cuda:0'."
         )
     return value, source

@@ -11,6 +11,7 @@ from ._classes import guard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._following import Follower
+from ._messages import short_repr
 from ._model_alignment import AlignOptions, DeviceSource, SessionAttr, align_model
 from ._pickling import WrapperByReference
 from ._policy import DeviceMismatchResolutionMode
@@ -225,7 +226,7 @@ class _GuardOptions(AlignOptions):
         if not (callable(wrapped) or isinstance(wrapped, classmethod | staticmethod)):
             raise ModelInputError(
                 "device_guard decorates a factory function or method; "
-                f"got {type(wrapped).__name__} {wrapped!r}."
+                f"got {type(wrapped).__name__} {short_repr(wrapped)}."
             )
         if isinstance(wrapped, type):
             return guard_class(wrapped, self)

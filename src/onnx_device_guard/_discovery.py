@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._errors import DeviceGuardError, ModelInputError
+from ._messages import short_repr, short_str
 
 logger = logging.getLogger("onnx_device_guard")
 
@@ -82,7 +83,7 @@ _LEAVES = (
 def factory_name(factory: object) -> str:
     """The factory's qualified name, for messages and log fields."""
     name = getattr(factory, "__qualname__", None)
-    return name if isinstance(name, str) else safe_repr(factory)
+    return name if isinstance(name, str) else short_repr(factory)
 
 
 def describe(model: object, factory: object | None) -> str:
@@ -99,23 +100,9 @@ def context(model: object, factory: object | None) -> str:
     return f"model {type(model).__name__}, returned by the factory {factory_name(factory)}"
 
 
-def safe_repr(value: object, limit: int = 80) -> str:
-    """`repr(value)` cut to `limit` characters, or a placeholder when repr raises."""
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__} object>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def error_text(error: BaseException, limit: int = 200) -> str:
     """`Type: message` of `error`, cut to `limit` characters, however broken its `str`."""
-    try:
-        text = str(error)
-    except Exception:
-        text = "<the error's message cannot be shown>"
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
+    text = short_str(error, limit)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
@@ -160,7 +147,7 @@ def session_source(value: object) -> SessionSource:
     raise ModelInputError(
         "session_attr must be an attribute name or a dotted path ('detector.infer.session'), "
         "a tuple of them, or a callable that takes the model and returns its session or "
-        f"sessions; got {type(value).__name__} {safe_repr(value)}."
+        f"sessions; got {type(value).__name__} {short_repr(value)}."
     )
 
 

@@ -27,11 +27,11 @@ from ._discovery import (
     factory_name,
     find_device_attribute,
     find_sessions,
-    safe_repr,
     session_source,
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
 from ._following import Follower
+from ._messages import short_repr
 from ._policy import DeviceMismatchResolutionMode, check_mode, current_policy, device_policy
 
 logger = logging.getLogger("onnx_device_guard")
@@ -75,14 +75,14 @@ class AlignOptions:
         """Check every option, raising `ModelInputError` for one that cannot be used."""
         if device_attr is not None and device is not None:
             raise ModelInputError(
-                f"Pass device_attr={device_attr!r} or device={safe_repr(device)}, not both: "
+                f"Pass device_attr={device_attr!r} or device={short_repr(device)}, not both: "
                 "device_attr names the model's own device attribute, which the guard reads "
                 "and writes; device= is for models that have none."
             )
         if not isinstance(require_session, bool):
             raise ModelInputError(
                 "require_session must be True or False; "
-                f"got {type(require_session).__name__} {safe_repr(require_session)}."
+                f"got {type(require_session).__name__} {short_repr(require_session)}."
             )
         return cls(
             resolution_mode=None if resolution_mode is None else check_mode(resolution_mode),
@@ -101,7 +101,7 @@ def _follow(value: object) -> bool:
     if isinstance(value, bool):
         return value
     raise ModelInputError(
-        f"follow must be True or False; got {type(value).__name__} {safe_repr(value)}."
+        f"follow must be True or False; got {type(value).__name__} {short_repr(value)}."
     )
 
 
@@ -146,7 +146,7 @@ def follow_model(
 def _device_attr(value: object) -> str:
     if isinstance(value, str) and value.isidentifier():
         return value
-    raise ModelInputError(f"device_attr must be one attribute name; got {safe_repr(value)}.")
+    raise ModelInputError(f"device_attr must be one attribute name; got {short_repr(value)}.")
 
 
 def align_model(
@@ -290,7 +290,7 @@ def _finish(
         except Exception as error:
             raise DeviceGuardError(
                 f"{describe(model, factory)} whose device attribute {device_name!r} cannot "
-                f"be set to {value!r} ({error_text(error)}). Make it writable, or pass "
+                f"be set to {short_repr(value)} ({error_text(error)}). Make it writable, or pass "
                 "device_attr= naming an attribute that is."
             ) from error
     report_fallback(
