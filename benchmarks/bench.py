@@ -28,7 +28,6 @@ targets are met or not; each target is marked PASS or MISS.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib
 import json
@@ -48,7 +47,7 @@ import wrapt
 
 # The modules beside this script (its folder is first on sys.path when run).
 from following import following_rows, following_targets, measure_following
-from timing import Target, Timing, compare, paired_ratio, paired_share
+from timing import Target, Timing, bench_main, compare, paired_ratio, paired_share
 
 import onnx_device_guard
 from onnx_device_guard import (
@@ -372,22 +371,8 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=Path("bench-results.json"),
-        help="where to write the figures as JSON (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="fewer rounds: a smoke test, not a measurement"
-    )
-    args = parser.parse_args(argv)
-    results = run(quick=args.quick)
-    print(render(results))
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwrote {args.output}")
-    return 0
+    description = __doc__.splitlines()[0] if __doc__ else None
+    return bench_main(argv, description, Path("bench-results.json"), run, render)
 
 
 if __name__ == "__main__":

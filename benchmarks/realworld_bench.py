@@ -24,8 +24,6 @@ handle yet is reported with its error instead of figures.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 import warnings
@@ -36,6 +34,7 @@ from typing import Any
 
 import wrapt
 from bench import Timing, compare, environment, paired_ratio
+from timing import bench_main
 
 from onnx_device_guard import DeviceGuardError, device_guard, device_policy, patch
 
@@ -251,22 +250,8 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=Path("bench-realworld-results.json"),
-        help="where to write the figures as JSON (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="fewer rounds: a smoke test, not a measurement"
-    )
-    args = parser.parse_args(argv)
-    results = run(quick=args.quick)
-    print(render(results))
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwrote {args.output}")
-    return 0
+    description = __doc__.splitlines()[0] if __doc__ else None
+    return bench_main(argv, description, Path("bench-realworld-results.json"), run, render)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,14 @@ of the machine weighs on both sides alike.
 
 from __future__ import annotations
 
+import argparse
 import gc
+import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -109,3 +112,29 @@ class Target:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "status": "PASS" if self.passed else "MISS"}
+
+
+def bench_main(
+    argv: Sequence[str] | None,
+    description: str | None,
+    default_output: Path,
+    run: Callable[..., dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+) -> int:
+    """The command line every benchmark script shares: `--output FILE` and `--quick`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=default_output,
+        help="where to write the figures as JSON (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer rounds: a smoke test, not a measurement"
+    )
+    args = parser.parse_args(argv)
+    results = run(quick=args.quick)
+    print(render(results))
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {args.output}")
+    return 0
