@@ -103,18 +103,25 @@ def _rebuild(cls: type[WrapperByReference], wrapped: Any, wrapper: Any) -> Wrapp
     return rebuilt
 
 
+def _get_class(wrapper: Any) -> type:
+    """The wrapped function's class, as wrapt forwards it, except to a pickler asking."""
+    if _note_pickler_asks(wrapper):
+        return type(wrapper)
+    return wrapper.__wrapped__.__class__  # type: ignore[no-any-return]
+
+
+def _set_class(wrapper: Any, value: type) -> None:
+    wrapper.__wrapped__.__class__ = value
+
+
+_class_for_picklers = property(_get_class, _set_class)
+"""The `__class__` of both wrappers below: see `_note_pickler_asks`."""
+
+
 class BoundWrapperByReference(_BoundFunctionWrapper):
     """A wrapper bound to a class or an instance; pickles as an attribute lookup on it."""
 
-    @property
-    def __class__(self) -> type:
-        if _note_pickler_asks(self):
-            return type(self)
-        return self.__wrapped__.__class__
-
-    @__class__.setter
-    def __class__(self, value: type) -> None:
-        self.__wrapped__.__class__ = value
+    __class__ = _class_for_picklers
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
         owner = self._self_instance if self._self_instance is not None else self._self_owner
@@ -159,15 +166,7 @@ class WrapperByReference(_FunctionWrapper):
     pickled_as = "function"
     """What the wrapper is called in the error raised when it cannot be pickled."""
 
-    @property
-    def __class__(self) -> type:
-        if _note_pickler_asks(self):
-            return type(self)
-        return self.__wrapped__.__class__
-
-    @__class__.setter
-    def __class__(self, value: type) -> None:
-        self.__wrapped__.__class__ = value
+    __class__ = _class_for_picklers
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
         by_value = _asked_by_value_pickler(self)
