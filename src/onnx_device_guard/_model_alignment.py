@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -122,14 +122,7 @@ def follow_model(
     """
     if not follower.enabled:
         return
-    policy = current_policy()
-    fixed = replace(
-        options,
-        resolution_mode=options.resolution_mode or policy.resolution_mode,
-        fallback_device=options.fallback_device or policy.fallback_device,
-        device=options.device if requested is None else requested,
-    )
-    warn = policy.warn
+    policy = current_policy()  # only read here; the options are built on a change
 
     def on_change(
         model: object,
@@ -137,7 +130,15 @@ def follow_model(
         old: tuple[str, ...] | None,
         new: tuple[str, ...] | None,
     ) -> None:
-        with device_policy(warn=warn):
+        fixed = AlignOptions(
+            resolution_mode=options.resolution_mode or policy.resolution_mode,
+            fallback_device=options.fallback_device or policy.fallback_device,
+            session_source=options.session_source,
+            device_attr=options.device_attr,
+            device=options.device if requested is None else requested,
+            require_session=options.require_session,
+        )
+        with device_policy(warn=policy.warn):
             align_model(model, fixed, factory)
 
     follower.watch(model, sessions, on_change)
