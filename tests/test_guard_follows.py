@@ -37,7 +37,7 @@ from onnx_device_guard._following import is_followed
 
 from . import test_following as following
 from .logs import recorded_logs
-from .test_following import CPU, CUDA, GPU_PROVIDERS, EPFail, FallingBackSession
+from .test_following import CPU, GPU_PROVIDERS, EPFail, FallingBackSession
 
 AZURE = "AzureExecutionProvider"
 CHANGE = (
@@ -542,7 +542,7 @@ class TestLoadTimeOptions:
         def change() -> None:
             try:
                 model.session.set_providers([CPU])
-            except BaseException as error:  # noqa: BLE001 - handed to the test thread
+            except BaseException as error:
                 raised.append(error)
 
         thread = threading.Thread(target=change)
@@ -787,7 +787,7 @@ class TestSwitchingOff:
     def test_a_bad_follow_value_is_refused_at_decoration(self, value: object) -> None:
         """A follow= that is not True or False is a ModelInputError naming it, at decoration."""
         with pytest.raises(ModelInputError, match="follow must be True or False; got"):
-            device_guard(follow=value)  # type: ignore[arg-type]
+            device_guard(follow=value)  # type: ignore[call-overload]
 
     def test_a_bad_follow_value_is_refused_by_patch(self, module: types.ModuleType) -> None:
         """patch() refuses a bad follow= before it replaces anything."""
