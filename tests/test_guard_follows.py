@@ -37,7 +37,7 @@ from onnx_device_guard._following import is_followed
 
 from . import test_following as following
 from .logs import recorded_logs
-from .test_following import CPU, GPU_PROVIDERS, EPFail, FallingBackSession
+from .test_following import CPU, CUDA, GPU_PROVIDERS, EPFail, FallingBackSession
 
 AZURE = "AzureExecutionProvider"
 CHANGE = (
@@ -255,6 +255,54 @@ class TestFallbackMode:
         assert model.device == torch.device("cpu")
         assert len(warnings_in(records)) == 1
 
+    def test_a_new_device_id_moves_the_model_to_that_gpu(self) -> None:
+        """A change of the CUDA provider's device_id alone moves the model to the session's GPU."""
+
+        class MovableSession(FallingBackSession):
+            device_id = "0"
+
+            def get_provider_options(self) -> dict[str, dict[str, str]]:
+                return {CUDA: {"device_id": self.device_id}, CPU: {}}
+
+            def set_providers(self, providers: Any = None, provider_options: Any = None) -> None:
+                super().set_providers(providers, provider_options)
+                self.device_id = str(provider_options[0]["device_id"])
+
+        @device_guard
+        def load() -> Model:
+            return Model(MovableSession())
+
+        model = load()
+        with recorded_logs() as records:
+            model.session.set_providers([CUDA, CPU], [{"device_id": 1}, {}])
+        assert model.device == torch.device("cuda:1")
+        (warning,) = at_least_warning(records)
+        assert vars(warning)["odg_reason"] == "device_id_mismatch"
+        assert warning.getMessage().startswith(
+            "The session 'session' of a Model changed the options of its providers"
+        )
+
+    def test_a_private_device_behind_a_read_only_property_is_rewritten(self) -> None:
+        """A model exposing `device` read-only over `_device` gets `_device` rewritten."""
+
+        class Wrapped:
+            def __init__(self) -> None:
+                self.session = FallingBackSession()
+                self._device = torch.device("cuda:0")
+
+            @property
+            def device(self) -> torch.device:
+                return self._device
+
+        @device_guard
+        def load() -> Wrapped:
+            return Wrapped()
+
+        model = load()
+        with recorded_logs():
+            model.session.set_providers([CPU])
+        assert model.device == torch.device("cpu")
+
 
 class TestFailMode:
     def test_set_providers_raises(self) -> None:
@@ -370,6 +418,19 @@ class TestShapes:
 
         model = asyncio.run(load())
         assert is_followed(model.session)
+        with pytest.raises(EnvironmentConfigurationError, match="changed its providers"):
+            model.session.set_providers([CPU])
+
+    def test_an_async_factory_keeps_the_mode_of_its_load(self) -> None:
+        """An async factory loaded inside a "fail" scope raises on a change made outside it."""
+
+        @device_guard
+        async def load() -> Model:
+            await asyncio.sleep(0)
+            return Model(FallingBackSession())
+
+        with device_policy(resolution_mode="fail"):
+            model = asyncio.run(load())
         with pytest.raises(EnvironmentConfigurationError, match="changed its providers"):
             model.session.set_providers([CPU])
 
