@@ -110,14 +110,18 @@ def real_gpu_session(real_session: Callable[[], Any]) -> Callable[[], Any]:
 
 @pytest.fixture
 def module() -> Iterator[types.ModuleType]:
-    """A module in `sys.modules` with a loader `load` that `patch()` can target."""
+    """A module in `sys.modules` with a loader `load` and a class `Detector` to patch."""
     name = f"odg_follow_target_{next(_module_names)}"
     created = types.ModuleType(name)
 
     def load(session: Any, device: str = "cuda:0") -> Model:
         return Model(session, device)
 
+    class Detector(Model):
+        pass
+
     created.load = load  # type: ignore[attr-defined]
+    created.Detector = Detector  # type: ignore[attr-defined]
     sys.modules[name] = created
     try:
         yield created
@@ -912,6 +916,15 @@ class TestPatchUndo:
             fake.session.set_providers([CPU])
         assert fake.device == torch.device("cuda:0")
         assert records == []
+
+    def test_undo_of_a_patched_class_removes_the_hooks(self, module: types.ModuleType) -> None:
+        """Instances built while a class was patched are unfollowed once the patch is undone."""
+        with patch(f"{module.__name__}:Detector", resolution_mode="fail"):
+            model = module.Detector(FallingBackSession())
+            assert is_followed(model.session)
+        assert not is_followed(model.session)
+        model.session.set_providers([CPU])  # no longer raises
+        assert model.device == torch.device("cuda:0")
 
     def test_undo_restores_a_real_session(
         self, module: types.ModuleType, real_gpu_session: Callable[[], Any], capsys: Any
