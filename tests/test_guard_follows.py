@@ -792,12 +792,6 @@ class TestLifetimes:
         assert model.device == torch.device("cpu")
         assert len(warnings_in(records)) == 1
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="Both guards' callbacks re-align the same model; the second failure is logged "
-        "at ERROR as 'Another model following the same session failed too', though it is the "
-        "same model (reported to the coordinator).",
-    )
     def test_nested_guards_in_fail_mode_raise_once_and_log_nothing_else(self) -> None:
         """Nested guards in "fail" mode raise once for their one model and log no ERROR."""
 
@@ -814,12 +808,6 @@ class TestLifetimes:
             model.session.set_providers([CPU])
         assert at_least_warning(records) == []
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="Each guard's callback re-aligns the same model in turn; after the inner "
-        "guard's error the outer one still rewrites the device and logs a fallback, so the "
-        "change both raises and moves the model (reported to the coordinator).",
-    )
     def test_nested_guards_stop_at_the_inner_guards_error(self) -> None:
         """An inner "fail" guard's error is the outcome, as at load: the outer one moves nothing."""
 

@@ -460,16 +460,23 @@ def _dispatch(
     new_providers: Providers,
     handled: BaseException | None,
 ) -> None:
-    """Call back every live model watching `hook`'s session; no lock held while calling."""
+    """Call back every live model watching `hook`'s session; no lock held while calling.
+
+    A model watched through several guards (a guarded loader calling another)
+    is called back in the order the guards watched it, innermost first, and
+    no further once one of its callbacks raised, as at load, where the inner
+    guard's error stops the outer one.
+    """
     with _LOCK:
         _prune(hook)
         watches = list(hook._watches)
         if not watches:
             _unhook(hook)
     errors: list[Exception] = []
+    failed: list[object] = []  # models whose callback raised, compared by identity
     for watch in watches:
         model = watch.model()
-        if model is None or watch.follower._closed:
+        if model is None or watch.follower._closed or any(other is model for other in failed):
             continue
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
@@ -480,6 +487,7 @@ def _dispatch(
         try:
             watch.on_change(model, watch.session_name, old_providers, new_providers)
         except Exception as error:
+            failed.append(model)
             errors.append(
                 _explained(error, model, watch.session_name, old_providers, new_providers)
             )
