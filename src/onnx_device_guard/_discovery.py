@@ -276,9 +276,11 @@ def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[st
                 budget -= 1
                 if type(value) in _SCALARS:  # most attributes: nothing to look into
                     continue
-                pending: list[tuple[str, object, int]] = [(path, value, 0)]
+                # Item paths are written out only for what is kept: a session, or
+                # an object to look into at the next level.
+                pending: list[tuple[str, tuple[object, ...], object, int]] = [(path, (), value, 0)]
                 while pending:
-                    item_path, item, nesting = pending.pop()
+                    base, keys, item, nesting = pending.pop()
                     kind = type(item)
                     if kind in _SCALARS:
                         continue
@@ -289,17 +291,20 @@ def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[st
                         or isinstance(item, _CONTAINERS)
                     ):
                         if nesting < MAX_NESTING:
-                            children = _items(item, item_path)
+                            children = _items(item)
                             budget -= len(children)
-                            pending.extend((p, v, nesting + 1) for p, v in reversed(children))
+                            pending.extend(
+                                (base, (*keys, key), child, nesting + 1)
+                                for key, child in reversed(children)
+                            )
                         continue
                     if id(item) in seen or isinstance(item, _LEAVES):
                         continue
                     seen.add(id(item))
                     if is_session(item):
-                        found.append((item_path, item))
+                        found.append((_item_path(base, keys), item))
                     elif depth < MAX_DEPTH:
-                        below.append((item, item_path))
+                        below.append((item, _item_path(base, keys)))
                 if budget < 0:
                     return found, tuple(searched)
         level = below
@@ -312,18 +317,18 @@ _SCALARS = frozenset({str, bytes, int, float, bool, complex, type(None)})
 _CONTAINERS = (list, tuple, dict)
 
 
-def _items(container: object, path: str) -> list[tuple[str, object]]:
+def _items(container: object) -> list[tuple[object, object]]:
     """The first `MAX_ITEMS` items of a list, tuple or dict, read with the base type's methods."""
     if isinstance(container, dict):
-        pairs: Iterable[tuple[object, object]] = itertools.islice(dict.items(container), MAX_ITEMS)
-    elif isinstance(container, list):
-        pairs = enumerate(list.__getitem__(container, slice(0, MAX_ITEMS)))
-    else:
-        pairs = enumerate(tuple.__getitem__(container, slice(0, MAX_ITEMS)))  # type: ignore[call-overload]
-    return [
-        (f"{path}[{key!r}]" if type(key) in (str, int) else f"{path}[...]", item)
-        for key, item in pairs
-    ]
+        return list(itertools.islice(dict.items(container), MAX_ITEMS))
+    if isinstance(container, list):
+        return list(enumerate(list.__getitem__(container, slice(0, MAX_ITEMS))))
+    return list(enumerate(tuple.__getitem__(container, slice(0, MAX_ITEMS))))  # type: ignore[call-overload]
+
+
+def _item_path(base: str, keys: tuple[object, ...]) -> str:
+    """`base` followed by a `[key]` for each key (`[...]` for keys other than str and int)."""
+    return base + "".join(f"[{key!r}]" if type(key) in (str, int) else "[...]" for key in keys)
 
 
 def _instance_attributes(owner: object) -> list[tuple[str, object]]:
