@@ -368,15 +368,17 @@ def _hook_of(session: object) -> _ProviderHook | None:
 
     Called with `_LOCK` held.
     """
+    current = _lookup(session)
+    if type(current) is _ProviderHook and current._session() is session:
+        # Already hooked, the common case after the first load. (A class-level
+        # property would have answered the lookup instead of the hook.)
+        current._installed = True  # found in place, whoever put it back
+        return current
     defined = _class_method(type(session))
     if defined is not None and _is_data_descriptor(defined):
         _warn_unhookable(session, "its set_providers is a property, not a method")
         return None
-    current = _lookup(session)
     if isinstance(current, _ProviderHook):
-        if current._session() is session:
-            current._installed = True  # found in place, whoever put it back
-            return current
         existing = current._saved  # copied from another session: not ours to call
     elif defined is None:
         if current is _NOTHING:
