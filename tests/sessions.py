@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 
 @dataclass
@@ -45,3 +46,27 @@ class ProvidersOnlySession:
 
     def get_providers(self) -> list[str]:
         return list(self.providers)
+
+
+@dataclass
+class ReturningSession:
+    """``get_providers()`` and ``get_provider_options()`` return whatever they are given."""
+
+    providers: object
+    options: object = None
+
+    def get_providers(self) -> object:
+        return self.providers
+
+    def get_provider_options(self) -> object:
+        return self.options
+
+
+class RaisingOptionsSession:
+    """A CUDA session whose ``get_provider_options()`` raises."""
+
+    def get_providers(self) -> list[str]:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+    def get_provider_options(self) -> NoReturn:
+        raise KeyError("CUDAExecutionProvider")

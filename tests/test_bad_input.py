@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, NoReturn, cast
+from typing import Any, ClassVar, cast
 
 import numpy
 import pytest
@@ -27,7 +27,12 @@ from onnx_device_guard import (
 )
 from onnx_device_guard._policy import current_policy
 
-from .sessions import FakeSession, cpu_session, cuda_session
+from .sessions import (
+    FakeSession,
+    ReturningSession,
+    cpu_session,
+    cuda_session,
+)
 
 
 class RaisingSession:
@@ -38,30 +43,6 @@ class RaisingSession:
 
     def get_providers(self) -> list[str]:
         raise self.error
-
-
-@dataclass
-class ReturningSession:
-    """``get_providers()`` and ``get_provider_options()`` return whatever they are given."""
-
-    providers: object
-    options: object = None
-
-    def get_providers(self) -> object:
-        return self.providers
-
-    def get_provider_options(self) -> object:
-        return self.options
-
-
-class RaisingOptionsSession:
-    """A CUDA session whose ``get_provider_options()`` raises."""
-
-    def get_providers(self) -> list[str]:
-        return ["CUDAExecutionProvider"]
-
-    def get_provider_options(self) -> NoReturn:
-        raise KeyError("CUDAExecutionProvider")
 
 
 class NotCallableProviders:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import NoReturn
 
 import pytest
@@ -21,33 +20,11 @@ from onnx_device_guard import EnvironmentConfigurationError, align_device_with_o
 
 from .logs import recorded_logs
 from .sessions import FakeSession
+from .sessions import RaisingOptionsSession as OptionsRaise
+from .sessions import ReturningSession as Reports
 
 CUDA0 = torch.device("cuda", 0)
 GPU = "CUDAExecutionProvider"
-
-
-@dataclass
-class Reports:
-    """A session that reports whatever it is given."""
-
-    providers: object
-    options: object = None
-
-    def get_providers(self) -> object:
-        return self.providers
-
-    def get_provider_options(self) -> object:
-        return self.options
-
-
-class OptionsRaise:
-    """A CUDA session whose ``get_provider_options()`` raises."""
-
-    def get_providers(self) -> list[str]:
-        return [GPU, "CPUExecutionProvider"]
-
-    def get_provider_options(self) -> NoReturn:
-        raise KeyError(GPU)
 
 
 class OptionsLookupRaises:
@@ -90,7 +67,11 @@ UNCHECKED: list[tuple[str, object, str]] = [
     ("get_provider_options raises", OptionsRaise(), "KeyError"),
     ("get_provider_options lookup raises", OptionsLookupRaises(), "RuntimeError"),
     ("options are a list", Reports([GPU], ["device_id=1"]), "list ['device_id=1']"),
-    ("provider options are a str", Reports([GPU], {GPU: "device_id=1"}), "str 'device_id=1'"),
+    (
+        "provider options are a str",
+        Reports([GPU], {GPU: "device_id=1"}),
+        "str 'device_id=1'",
+    ),
     ("options mapping whose get raises", Reports([GPU], GetRaises()), "TypeError"),
     ("provider options whose get raises", Reports([GPU], {GPU: GetRaises()}), "TypeError"),
     ("device_id whose repr raises", with_device_id(ReprRaises()), "<ReprRaises object>"),
