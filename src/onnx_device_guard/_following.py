@@ -314,11 +314,19 @@ class Follower:
                 hook = _hook_of(session)
                 if hook is None:
                     continue
-                _prune(hook)
-                if not any(
-                    watch.follower is self and watch.model() is model for watch in hook._watches
-                ):
-                    hook._watches.append(_Watch(self, reference, session_name, on_change))
+                # One pass drops the entries of collected models and closed
+                # followers, and finds whether this model is watched already.
+                live: list[_Watch] = []
+                watched = False
+                for watch in hook._watches:
+                    other = watch.model()
+                    if other is None or watch.follower._closed:
+                        continue
+                    live.append(watch)
+                    watched = watched or (other is model and watch.follower is self)
+                if not watched:
+                    live.append(_Watch(self, reference, session_name, on_change))
+                hook._watches = live
                 self._hooks.add(hook)
                 followed += 1
         return followed
