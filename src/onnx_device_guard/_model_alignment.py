@@ -200,8 +200,8 @@ def align_model(
                 known = ([(session_name, session)], (device_name, current), mismatch)
         except Exception:  # the full path reads again and raises the right error
             pass
-        if known is not None:
-            return _align_model(model, options, factory, args, kwargs, follower, known)
+        if known is not None:  # the full path's last step, from what was read here
+            return _finish(model, options, factory, args, kwargs, follower, *known)
     return _align_model(model, options, factory, args, kwargs, follower)
 
 
@@ -212,11 +212,8 @@ def _align_model(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any] | None,
     follower: Follower | None,
-    known: tuple[list[tuple[str, object]], tuple[str, Any], Mismatch] | None = None,
 ) -> torch.device | None:
-    """The full path of `align_model`; `known` is what its quick check already read."""
-    if known is not None:
-        return _finish(model, options, factory, args, kwargs, follower, *known)
+    """The full path of `align_model`: find the sessions and the device, then finish."""
     sessions, searched = find_sessions(model, options.session_source, factory)
     if not options.require_session:
         sessions = [(path, session) for path, session in sessions if session is not None]
