@@ -260,14 +260,8 @@ def measure(path: Path, quick: bool) -> dict[str, Any]:
             "added_ns": round(added, 1),
             "added_share_of_session_creation_percent": share,
         }
-        targets.append(
-            Target(
-                f"guarded / pass-through, {label}",
-                guard_figures[label]["ratio_to_pass_through"],
-                2.0,
-                "x",
-            )
-        )
+        # The guard runs once per load: its share of a load is the target, and
+        # the ratio to a pass-through wrapper is reported, not held to a bound.
         targets.append(Target(f"guard's added time / session creation, {label}", share, 1.0, "%"))
     targets.extend(following_goals)
     targets.append(Target("import on top of torch", import_time.median_ns / 1e6, 30.0, "ms"))

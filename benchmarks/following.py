@@ -36,7 +36,7 @@ import torch
 from timing import Target, Timing, compare, paired_ratio, paired_share
 
 from onnx_device_guard import align_device_with_onnx_session, device_policy
-from onnx_device_guard._following import Follower, Providers
+from onnx_device_guard._follow import Providers, watch
 
 CPU_ONLY = ["CPUExecutionProvider"]
 WITH_AZURE = ["AzureExecutionProvider", "CPUExecutionProvider"]
@@ -99,19 +99,18 @@ def measure_following(path: Path, rounds: int, calls: int) -> dict[str, dict[str
     for group in range(groups):
         sessions = [new_session() for _ in names]
         followed, plain, other = (sessions[(group + shift) % 3] for shift in range(3))
-        with Follower() as follower:
-            model = Model(followed)
-            assert follower.watch(model, [("session", followed)], realign) == 1
-            for session in sessions:  # every side gives the same answer
-                assert (session.run(["y"], {"x": x})[0] == expected).all()
-            timings = compare(
-                {
-                    name: functools.partial(session.run, ["y"], {"x": x})
-                    for name, session in zip(names, (followed, plain, other), strict=True)
-                },
-                max(2, rounds // groups),
-                calls,
-            )
+        model = Model(followed)
+        assert watch(model, [("session", followed)], realign) == 1
+        for session in sessions:  # every side gives the same answer
+            assert (session.run(["y"], {"x": x})[0] == expected).all()
+        timings = compare(
+            {
+                name: functools.partial(session.run, ["y"], {"x": x})
+                for name, session in zip(names, (followed, plain, other), strict=True)
+            },
+            max(2, rounds // groups),
+            calls,
+        )
         assert model.device == REQUESTED, "run() never changes providers"
         for name, timing in timings.items():
             inference[name].per_call_ns += timing.per_call_ns
@@ -120,31 +119,30 @@ def measure_following(path: Path, rounds: int, calls: int) -> dict[str, dict[str
     hooked_swap, noop_swap, plain_swap = SwappingSession(), SwappingSession(), SwappingSession()
     models = [Model(hooked_set), Model(hooked_swap)]
     quiet = Model(noop_swap)
-    with Follower() as follower:
-        for model in models:
-            assert follower.watch(model, [("session", model.session)], realign) == 1
-        assert follower.watch(quiet, [("session", noop_swap)], ignore) == 1
-        hooked_set.set_providers(WITH_AZURE)
-        assert models[0].device == torch.device("cpu"), "a change re-aligns the model"
-        hooked_set.set_providers(CPU_ONLY)
-        swaps = max(10, calls // 5)
-        change = compare(
-            {
-                "real session, followed": alternating(hooked_set),
-                "real session, plain": alternating(plain_set),
-                "swap, followed, re-aligning": alternating(hooked_swap),
-                "swap, followed, no-op": alternating(noop_swap),
-                "swap, plain": alternating(plain_swap),
-            },
-            rounds,
-            {
-                "real session, followed": max(2, calls // 500),
-                "real session, plain": max(2, calls // 500),
-                "swap, followed, re-aligning": swaps,
-                "swap, followed, no-op": swaps,
-                "swap, plain": swaps,
-            },
-        )
+    for model in models:
+        assert watch(model, [("session", model.session)], realign) == 1
+    assert watch(quiet, [("session", noop_swap)], ignore) == 1
+    hooked_set.set_providers(WITH_AZURE)
+    assert models[0].device == torch.device("cpu"), "a change re-aligns the model"
+    hooked_set.set_providers(CPU_ONLY)
+    swaps = max(10, calls // 5)
+    change = compare(
+        {
+            "real session, followed": alternating(hooked_set),
+            "real session, plain": alternating(plain_set),
+            "swap, followed, re-aligning": alternating(hooked_swap),
+            "swap, followed, no-op": alternating(noop_swap),
+            "swap, plain": alternating(plain_swap),
+        },
+        rounds,
+        {
+            "real session, followed": max(2, calls // 500),
+            "real session, plain": max(2, calls // 500),
+            "swap, followed, re-aligning": swaps,
+            "swap, followed, no-op": swaps,
+            "swap, plain": swaps,
+        },
+    )
     return {"run": inference, "set_providers": change}
 
 

@@ -20,7 +20,7 @@ from tests import test_following as following
 from tests.logs import recorded_logs
 
 from onnx_device_guard import patch
-from onnx_device_guard._following import is_followed
+from onnx_device_guard._follow import is_followed
 
 from .test_silero_vad import TARGET, probabilities
 

@@ -52,7 +52,7 @@ def load_to_meta() -> MainModel:
 @device_policy(resolution_mode="fail", fallback_device="meta")
 def policy_in_force() -> tuple[str, str]:
     policy = current_policy()
-    return policy.resolution_mode, str(policy.fallback_device)
+    return str(policy.resolution_mode), str(policy.fallback_device)
 
 
 @device_policy(fallback_device="meta", warn=False)

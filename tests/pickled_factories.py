@@ -82,7 +82,7 @@ def load_model_to_meta_outer(session_kind: str, device: torch.device | str) -> M
 def policy_in_force() -> tuple[str, str, bool]:
     """The policy a worker runs with, as plain values."""
     policy = current_policy()
-    return policy.resolution_mode, str(policy.fallback_device), policy.warn
+    return str(policy.resolution_mode), str(policy.fallback_device), bool(policy.warn)
 
 
 def load_model_impl(session_kind: str, device: torch.device | str) -> Model:

@@ -27,6 +27,7 @@ from onnx_device_guard import (
 )
 from onnx_device_guard._policy import current_policy
 
+from .helpers import no_scope_left
 from .sessions import (
     FakeSession,
     ReturningSession,
@@ -327,7 +328,7 @@ CASES = [
         "TypeError: bad call",
     ),
     # device_policy
-    Case("policy mode", make_policy("strict"), ModelInputError, "'strict'"),
+    Case("policy mode", make_policy(resolution_mode="strict"), ModelInputError, "'strict'"),
     Case("policy fallback", make_policy(fallback_device="gpu"), ModelInputError, "'gpu'"),
     Case("policy fallback type", make_policy(fallback_device=0), ModelInputError, "int 0"),
     Case("policy warn int", make_policy(warn=1), ModelInputError, "int 1"),
@@ -427,13 +428,7 @@ CASES = [
 def defaults_back_after_each() -> Iterator[None]:
     """Whatever a case does, no scope outlives it."""
     yield
-    policy = current_policy()
-    assert (policy.resolution_mode, policy.fallback_device, policy.warn, policy.outer) == (
-        "fallback",
-        torch.device("cpu"),
-        True,
-        None,
-    )
+    assert no_scope_left()
 
 
 class TestBadInput:
@@ -496,7 +491,7 @@ class TestFactoryErrors:
         def load() -> Model:
             raise failure.error
 
-        with device_policy("fallback", "meta"):
+        with device_policy(resolution_mode="fallback", fallback_device="meta"):
             with pytest.raises(type(failure.error)) as info:
                 load()
             assert info.value is failure.error
@@ -512,7 +507,7 @@ class TestFactoryErrors:
             raise failure.error
 
         async def main() -> None:
-            with device_policy("fail", "meta"):
+            with device_policy(resolution_mode="fail", fallback_device="meta"):
                 with pytest.raises(type(failure.error)) as info:
                     await load()
                 assert info.value is failure.error
@@ -524,13 +519,13 @@ class TestFactoryErrors:
     def test_factory_under_device_policy_decorator(self, failure: FactoryFailure) -> None:
         """A factory decorated with device_policy restores the caller's scope when it raises."""
 
-        @device_policy("fail", "cuda:3")
+        @device_policy(resolution_mode="fail", fallback_device="cuda:3")
         @device_guard
         def load() -> Model:
             check_in_scope("fail", "cuda:3")
             raise failure.error
 
-        with device_policy("fallback", "meta"):
+        with device_policy(resolution_mode="fallback", fallback_device="meta"):
             with pytest.raises(type(failure.error)) as info:
                 load()
             assert info.value is failure.error
@@ -540,7 +535,7 @@ class TestFactoryErrors:
     def test_async_factory_under_device_policy_decorator(self, failure: FactoryFailure) -> None:
         """The async form restores the caller's scope too."""
 
-        @device_policy("fail", "cuda:3")
+        @device_policy(resolution_mode="fail", fallback_device="cuda:3")
         @device_guard
         async def load() -> Model:
             await asyncio.sleep(0)
@@ -563,7 +558,7 @@ class TestFactoryErrors:
                 check_in_scope("fallback", "cpu")
                 raise failure.error
 
-        with device_policy("fallback", "meta"):
+        with device_policy(resolution_mode="fallback", fallback_device="meta"):
             with pytest.raises(type(failure.error)) as info:
                 block()
             assert info.value is failure.error

@@ -32,6 +32,7 @@ from onnx_device_guard import (
 )
 from onnx_device_guard._policy import current_policy
 
+from .helpers import no_scope_left
 from .logs import recorded_logs
 from .sessions import cpu_session, cuda_session
 
@@ -108,7 +109,11 @@ class Scope:
         )
 
     def enter(self) -> device_policy:
-        return device_policy(self.resolution_mode, self.fallback_device, self.warn)
+        return device_policy(
+            resolution_mode=self.resolution_mode,
+            fallback_device=self.fallback_device,
+            warn=self.warn,
+        )
 
     def check_in_force(self) -> None:
         policy = current_policy()
@@ -165,10 +170,10 @@ class Scope:
 
 def default_policy_fields() -> tuple[object, ...]:
     policy = current_policy()
-    return (policy.resolution_mode, policy.fallback_device, policy.warn, policy.outer)
+    return (policy.resolution_mode, policy.fallback_device, policy.warn, no_scope_left())
 
 
-DEFAULTS = ("fallback", torch.device("cpu"), True, None)
+DEFAULTS = ("fallback", torch.device("cpu"), True, True)
 
 
 def fallback_records(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
@@ -238,7 +243,10 @@ class TestThreads:
                 rendezvous.abort()  # the others stop waiting; this thread's error is reported
                 raise
 
-        with device_policy("fail", "meta", warn=False), ThreadPoolExecutor(THREADS) as pool:
+        with (
+            device_policy(resolution_mode="fail", fallback_device="meta", warn=False),
+            ThreadPoolExecutor(THREADS) as pool,
+        ):
             futures = [pool.submit(work, scope) for scope in scopes]
             errors = [error for future in futures if (error := future.exception()) is not None]
             # Report the failure itself, not the broken barrier it left the others with.
@@ -262,7 +270,7 @@ class TestThreads:
     def test_a_thread_started_inside_a_scope_gets_the_defaults(self) -> None:
         """threading.Thread does not copy the context: the new thread runs with the defaults."""
         seen: list[tuple[object, ...]] = []
-        with device_policy("fail", "meta", warn=False):
+        with device_policy(resolution_mode="fail", fallback_device="meta", warn=False):
             thread = threading.Thread(target=lambda: seen.append(default_policy_fields()))
             thread.start()
             thread.join()
@@ -271,7 +279,7 @@ class TestThreads:
     def test_a_context_copied_into_a_thread_carries_the_scope(self) -> None:
         """contextvars.copy_context().run() is how a thread opts in to the caller's scope."""
         seen: list[tuple[object, ...]] = []
-        with device_policy("fail", "meta", warn=False):
+        with device_policy(resolution_mode="fail", fallback_device="meta", warn=False):
             context = contextvars.copy_context()
         thread = threading.Thread(
             target=context.run, args=(lambda: seen.append(default_policy_fields()[:3]),)
@@ -360,7 +368,7 @@ class TestAsyncioTasks:
 
         async def main() -> None:
             release = asyncio.Event()
-            with device_policy("fail", "meta", warn=False):
+            with device_policy(resolution_mode="fail", fallback_device="meta", warn=False):
                 inside = asyncio.create_task(child(release))
             outside = asyncio.create_task(child(release))
             assert default_policy_fields() == DEFAULTS
@@ -376,7 +384,7 @@ class TestAsyncioTasks:
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            with device_policy("fail", "meta", warn=False):
+            with device_policy(resolution_mode="fail", fallback_device="meta", warn=False):
                 copied = await asyncio.to_thread(default_policy_fields)
                 bare = await loop.run_in_executor(None, default_policy_fields)
                 model = await asyncio.to_thread(load_lenient, CPU_SESSION, "cuda:0")
@@ -398,13 +406,13 @@ class TestReentrancy:
         @shared
         def descend(depth: int) -> None:
             policy = current_policy()
-            depths.append((depth, policy.resolution_mode, str(policy.fallback_device)))
+            depths.append((depth, str(policy.resolution_mode), str(policy.fallback_device)))
             if depth < 5:
                 with device_policy(resolution_mode="fail" if depth % 2 else "fallback"):
                     descend(depth + 1)
             assert current_policy() is policy, "each level is restored on the way back"
 
-        with device_policy("fail"):
+        with device_policy(resolution_mode="fail"):
             descend(0)
             assert current_policy().fallback_device == torch.device("cpu")
         assert depths == [

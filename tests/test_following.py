@@ -25,16 +25,16 @@ import torch
 from onnx_device_guard import (
     DeviceGuardError,
     EnvironmentConfigurationError,
-    ModelInputError,
     align_device_with_onnx_session,
     device_policy,
 )
-from onnx_device_guard._following import (
-    Follower,
+from onnx_device_guard._follow import (
     OnChange,
     Providers,
     describe_change,
     is_followed,
+    stop_following,
+    watch,
 )
 
 from .logs import recorded_logs
@@ -46,6 +46,26 @@ AZURE = "AzureExecutionProvider"
 GPU_PROVIDERS = (CUDA, CPU)
 
 logger = logging.getLogger("onnx_device_guard")
+
+
+class Follower:
+    """Watches made under one origin and key, as one patch's are; `close()` stops them."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def watch(self, model: object, sessions: Any, on_change: OnChange) -> int:
+        return watch(model, sessions, on_change, key=id(self), origin=self)
+
+    def close(self) -> None:
+        self.cancelled = True
+        stop_following(self)
+
+    def __enter__(self) -> Follower:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class EPFail(Exception):  # noqa: N818 - named after onnxruntime's own
@@ -171,11 +191,12 @@ class TestHook:
         """Models and followers watching one session share one hook on it."""
         session = FallingBackSession()
         other = Follower()
+        models = [Model(s=session) for _ in range(3)]
         try:
-            assert follower.watch(Model(s=session), [("s", session)], Calls()) == 1
+            assert follower.watch(models[0], [("s", session)], Calls()) == 1
             hook = vars(session)["set_providers"]
-            assert follower.watch(Model(s=session), [("s", session)], Calls()) == 1
-            assert other.watch(Model(s=session), [("s", session)], Calls()) == 1
+            assert follower.watch(models[1], [("s", session)], Calls()) == 1
+            assert other.watch(models[2], [("s", session)], Calls()) == 1
             assert vars(session)["set_providers"] is hook
             assert is_followed(session)
         finally:
@@ -285,19 +306,6 @@ class TestHook:
         session = FallingBackSession()
         assert follower.watch(Model(s=session), [("s", session)], Calls()) == 0
         assert "set_providers" not in vars(session)
-        assert not follower.enabled
-
-    def test_disabled_follower_follows_nothing(self) -> None:
-        """Follower(enabled=False), the guard's follow=False, installs nothing."""
-        follower = Follower(enabled=False)
-        session = FallingBackSession()
-        assert follower.watch(Model(s=session), [("s", session)], Calls()) == 0
-        assert not is_followed(session)
-
-    def test_enabled_must_be_a_bool(self) -> None:
-        """A non-bool switch is a ModelInputError naming the value."""
-        with pytest.raises(ModelInputError, match="follow must be True or False; got str 'no'"):
-            Follower(enabled="no")  # type: ignore[arg-type]
 
     def test_watching_twice_calls_back_once(self, follower: Follower) -> None:
         """The same model and session watched twice by one follower get one callback."""
@@ -708,7 +716,11 @@ class TestLifetimes:
 
     def test_a_session_without_set_providers_is_skipped_quietly(self, follower: Follower) -> None:
         """A session with no set_providers has nothing to follow: DEBUG only."""
-        session = ProvidersOnlySession([CPU])
+
+        class NeverWatchedBefore(ProvidersOnlySession):
+            """A class of its own: the DEBUG record is said once per class."""
+
+        session = NeverWatchedBefore([CPU])
         with recorded_logs() as records:
             assert follower.watch(Model(s=session), [("s", session)], Calls()) == 0
         assert warnings_in(records) == []

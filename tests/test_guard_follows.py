@@ -33,7 +33,7 @@ from onnx_device_guard import (
     patch,
     realign,
 )
-from onnx_device_guard._following import is_followed
+from onnx_device_guard._follow import is_followed
 
 from . import test_following as following
 from .logs import recorded_logs
@@ -886,7 +886,7 @@ class TestSwitchingOff:
         """patch() refuses a bad follow= before it replaces anything."""
         original = module.load
         with pytest.raises(ModelInputError, match="follow must be True or False; got str 'no'"):
-            patch(f"{module.__name__}:load", follow="no")
+            patch(f"{module.__name__}:load", follow="no")  # type: ignore[arg-type]
         assert module.load is original
 
 

@@ -7,6 +7,8 @@ import sys
 from importlib.metadata import version
 from importlib.resources import files
 
+import pytest
+
 import onnx_device_guard
 
 PUBLIC_API = {
@@ -18,7 +20,10 @@ PUBLIC_API = {
     "device_policy",
     "realign",
     "patch",
+    "Patch",
+    "example_model",
     "DeviceGuardError",
+    "DeviceFallbackWarning",
     "ModelInputError",
     "EnvironmentConfigurationError",
     "__version__",
@@ -70,6 +75,23 @@ class TestImport:
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
         )
         assert result.stdout.strip() == "False"
+
+    def test_does_not_import_torch_until_a_name_is_used(self) -> None:
+        """The names load on first use: the command line's --help needs no torch."""
+        code = (
+            "import sys, onnx_device_guard; before = 'torch' in sys.modules; "
+            "onnx_device_guard.device_guard; print(before, 'torch' in sys.modules)"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        assert result.stdout.split() == ["False", "True"]
+
+    def test_every_name_is_in_dir_and_unknown_names_raise(self) -> None:
+        """dir() lists the lazy names; a missing one is an AttributeError, as usual."""
+        assert set(onnx_device_guard.__all__) <= set(dir(onnx_device_guard))
+        with pytest.raises(AttributeError, match="no_such_name"):
+            onnx_device_guard.no_such_name  # noqa: B018
 
 
 class TestErrorObjects:

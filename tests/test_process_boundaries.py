@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -25,7 +24,6 @@ from .pickled_factories import (
     Model,
     load_model,
     load_model_alias,
-    load_model_impl,
     load_model_strictly,
     load_model_to_meta,
     load_model_to_meta_outer,
@@ -116,7 +114,7 @@ class TestPickle:
         def local_factory() -> Model:
             raise AssertionError("never called")
 
-        with pytest.raises(pickle.PicklingError, match="defined inside a function"):
+        with pytest.raises((pickle.PicklingError, AttributeError), match="local object"):
             pickle.dumps(local_factory)
 
 
@@ -124,31 +122,28 @@ class TestPickleChecksIdentity:
     """By reference only when the name holds the very wrapper: never the unguarded function."""
 
     @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
-    def test_alias_comes_back_guarded(self, protocol: int) -> None:
-        """``alias = device_guard(impl)``: before, unpickling gave back ``impl``, unguarded."""
-        restored = pickle.loads(pickle.dumps(load_model_alias, protocol=protocol))
-        assert restored is load_model_alias
-        assert restored is not load_model_impl
-        assert restored("cpu", "cuda:0").device == "cpu"
+    def test_alias_is_refused_never_unguarded(self, protocol: int) -> None:
+        """``alias = device_guard(impl)``: its name holds ``impl``, so pickle refuses.
+
+        Unpickling by that name would give back ``impl``, unguarded. (cloudpickle
+        carries such a function by value, guard included: tests/test_cloudpickle.py.)
+        """
+        with pytest.raises(pickle.PicklingError, match="not the same object"):
+            pickle.dumps(load_model_alias, protocol=protocol)
 
     @pytest.mark.parametrize("name", sorted(UNBOUND_GUARDS))
     def test_guard_no_name_holds_is_a_pickling_error(self, name: str) -> None:
-        """A guarded lambda, or one only a dict holds: PicklingError saying what to do.
-
-        Before: it pickled, and the worker failed with AttributeError
-        (BrokenProcessPool), or got the unguarded function back.
-        """
-        with pytest.raises(pickle.PicklingError, match="cloudpickle") as info:
+        """A guarded lambda, or one only a dict holds: pickle refuses it, naming it."""
+        with pytest.raises(pickle.PicklingError, match="Can't pickle"):
             pickle.dumps(UNBOUND_GUARDS[name])
-        assert "module-level name" in str(info.value)
 
     def test_message_names_what_the_name_holds(self) -> None:
-        """When the name holds the plain function, the message says so."""
-        with pytest.raises(pickle.PicklingError, match="without its decorator"):
+        """When the name holds the plain function, pickle's identity check says so."""
+        with pytest.raises(pickle.PicklingError, match="not the same object"):
             pickle.dumps(UNBOUND_GUARDS["held by a dict"])
 
     def test_classmethod_of_a_local_class(self) -> None:
-        """A guarded classmethod on a local class: PicklingError, not AttributeError."""
+        """A guarded classmethod on a local class: pickle's own error, in both orders."""
 
         class Local:
             @device_guard
@@ -161,22 +156,14 @@ class TestPickleChecksIdentity:
             def make_inner(cls) -> None:
                 raise AssertionError("never called")
 
-        with pytest.raises(pickle.PicklingError, match="defined inside a function"):
-            pickle.dumps(Local.make)
-        if sys.version_info < (3, 13):
-            with pytest.raises(pickle.PicklingError, match="defined inside a function"):
-                pickle.dumps(Local.make_inner)
-        else:
-            # Python 3.13 binds a classmethod itself, without the guard's __get__,
-            # so pickle meets the local class in a plain bound method and raises
-            # its own error (documented in troubleshooting, "pickling").
+        for method in (Local.make, Local.make_inner):
             with pytest.raises((pickle.PicklingError, AttributeError), match="local object"):
-                pickle.dumps(Local.make_inner)
+                pickle.dumps(method)
 
     def test_policy_on_a_lambda(self) -> None:
-        """device_policy on a lambda no name holds: PicklingError too."""
-        with pytest.raises(pickle.PicklingError, match="cloudpickle"):
-            pickle.dumps(device_policy("fail")(lambda: None))
+        """device_policy on a lambda no name holds: pickle refuses it too."""
+        with pytest.raises((pickle.PicklingError, AttributeError), match="pickle"):
+            pickle.dumps(device_policy(resolution_mode="fail")(lambda: None))
 
 
 class TestSpawnProcessPool:
@@ -194,11 +181,11 @@ class TestSpawnProcessPool:
             assert model.device == aligned
             assert type(model.device) is type(aligned)
 
-    def test_alias_aligns_in_the_worker(self, spawn_pool: ProcessPoolExecutor) -> None:
-        """The worker runs the guarded alias: cpu, not the cuda:0 the plain function keeps."""
-        model = spawn_pool.submit(load_model_alias, "cpu", "cuda:0").result(timeout=120)
-        assert model.device == "cpu"
-        assert model.made_in != os.getpid()
+    def test_alias_is_refused_not_sent_unguarded(self, spawn_pool: ProcessPoolExecutor) -> None:
+        """A guarded alias whose name holds the plain function cannot reach the worker."""
+        future = spawn_pool.submit(load_model_alias, "cpu", "cuda:0")
+        with pytest.raises(pickle.PicklingError, match="not the same object"):
+            future.result(timeout=120)
 
     def test_map_many(self, spawn_pool: ProcessPoolExecutor) -> None:
         """A batch through pool.map keeps each model's own alignment."""
@@ -209,7 +196,7 @@ class TestSpawnProcessPool:
 
     def test_scope_does_not_cross_into_workers(self, spawn_pool: ProcessPoolExecutor) -> None:
         """A device_policy in this process holds here only: workers use their own defaults."""
-        with device_policy("fail", "meta"):
+        with device_policy(resolution_mode="fail", fallback_device="meta"):
             assert spawn_pool.submit(policy_in_force).result(timeout=120) == (
                 "fallback",
                 "cpu",

@@ -28,6 +28,7 @@ from onnx_device_guard import (
 )
 from onnx_device_guard._policy import current_policy
 
+from .helpers import no_scope_left
 from .logs import recorded_logs
 from .sessions import FakeSession, ProvidersOnlySession
 from .strategies import (
@@ -177,18 +178,14 @@ def enter_scopes(stack: ExitStack, scopes: Sequence[Scope]) -> Defaults:
 
 def policy_for(scope: Scope) -> device_policy:
     return device_policy(
-        cast("Mode | None", scope.resolution_mode), scope.fallback_device, scope.warn
+        resolution_mode=cast("Mode | None", scope.resolution_mode),
+        fallback_device=scope.fallback_device,
+        warn=scope.warn,
     )
 
 
 def assert_defaults_back() -> None:
-    policy = current_policy()
-    assert (policy.resolution_mode, policy.fallback_device, policy.warn, policy.outer) == (
-        "fallback",
-        CPU,
-        True,
-        None,
-    )
+    assert no_scope_left()
 
 
 class TestCoreAgreesWithOracle:

@@ -2,32 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
+import os
+import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-from ._devices import DeviceLike, as_device, checked_device, cuda_index, is_cuda
-from ._errors import EnvironmentConfigurationError, ModelInputError, help_url
-from ._messages import short_repr
-from ._policy import (
-    DeviceMismatchResolutionMode,
-    Policy,
-    check_mode,
-    current_policy,
-    device_policy,
+from ._devices import DeviceLike, as_device, cuda_index
+from ._errors import (
+    DeviceFallbackWarning,
+    EnvironmentConfigurationError,
+    ModelInputError,
+    help_url,
 )
+from ._messages import logger, short_repr
+from ._options import DeviceMismatchResolutionMode, Settings, check_mode
+from ._policy import device_policy, in_force
 from ._providers import (
     effective_providers,
     first_gpu_provider,
     provider_device_id,
     require_session,
 )
-
-logger = logging.getLogger("onnx_device_guard")
-logger.addHandler(logging.NullHandler())
 
 _NO_GPU_HELP = help_url("troubleshooting", "no-data-transfer-registered")
 _DEVICE_ID_HELP = help_url("troubleshooting", "device-id-mismatch")
@@ -117,7 +119,7 @@ class Mismatch:
 
 def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
     """Return why `session` cannot read tensors on `device`, or `None` if it can."""
-    if not is_cuda(device):
+    if device.type != "cuda":
         require_session(session)
         return None
     providers = effective_providers(session)
@@ -220,13 +222,11 @@ def align_device_with_onnx_session(
         >>> align_device_with_onnx_session(SessionOnGPU1(), "cuda:0")
         device(type='cuda', index=1)
     """
-    policy, mode, requested, fallback = _arguments(resolution_mode, device, fallback_device)
-    mismatch = find_mismatch(session, requested)
-    if mismatch is None:
-        return requested
-    target = _resolve(mismatch, mode, fallback)
-    report_fallback(Fallback(requested, target, (mismatch,)), policy.warn)
-    return target
+    mode, fallback, warn, requested = _arguments(resolution_mode, device, fallback_device)
+    aligned, report = plan_alignment([session], None, requested, mode, fallback)
+    if report is not None:
+        report_fallback(report, warn)
+    return aligned
 
 
 def align_device_with_onnx_sessions(
@@ -241,10 +241,10 @@ def align_device_with_onnx_sessions(
     `names` says where each session is kept, for the messages; see
     `plan_alignment`.
     """
-    policy, mode, requested, fallback = _arguments(resolution_mode, device, fallback_device)
+    mode, fallback, warn, requested = _arguments(resolution_mode, device, fallback_device)
     aligned, report = plan_alignment(sessions, names, requested, mode, fallback)
     if report is not None:
-        report_fallback(report, policy.warn)
+        report_fallback(report, warn)
     return aligned
 
 
@@ -254,7 +254,6 @@ def plan_alignment(
     requested: torch.device,
     mode: DeviceMismatchResolutionMode,
     fallback: torch.device,
-    first_mismatch: Mismatch | None = None,
 ) -> tuple[torch.device, Fallback | None]:
     """Return the device every one of `sessions` reads, and the fallback to report, if any.
 
@@ -266,13 +265,9 @@ def plan_alignment(
     With several sessions, messages name each session by its entry in
     `names` (or by its position). In `"fail"` mode the first session that
     cannot read the device raises `EnvironmentConfigurationError`.
-    `first_mismatch`, when given, is what `find_mismatch` already found for a
-    single session and `requested`, so the session is not asked again.
     """
-    if len(sessions) == 1:  # the common case, without the multi-session steps
-        mismatch = (
-            first_mismatch if first_mismatch is not None else find_mismatch(sessions[0], requested)
-        )
+    if len(sessions) == 1:
+        mismatch = find_mismatch(sessions[0], requested)
         if mismatch is None:
             return requested, None
         target = _resolve(mismatch, mode, fallback)
@@ -313,24 +308,15 @@ def plan_alignment(
 
 def _arguments(
     resolution_mode: object, device: object, fallback_device: object
-) -> tuple[Policy, DeviceMismatchResolutionMode, torch.device, torch.device]:
-    """The policy in force, and the mode, device and fallback device a call uses.
+) -> tuple[DeviceMismatchResolutionMode, torch.device, bool, torch.device]:
+    """The mode, fallback device and `warn` a call uses, and its device, checked.
 
-    They are checked in this order: the mode first, whatever else is wrong.
+    The mode is checked first, whatever else is wrong.
     """
-    policy = current_policy()
-    mode = policy.resolution_mode if resolution_mode is None else check_mode(resolution_mode)
-    requested = (
-        checked_device(device, "device")
-        if isinstance(device, torch.device)
-        else as_device(device, "device")
-    )
-    fallback = (
-        policy.fallback_device
-        if fallback_device is None
-        else as_device(fallback_device, "fallback_device")
-    )
-    return policy, mode, requested, fallback
+    mode = None if resolution_mode is None else check_mode(resolution_mode)
+    requested = as_device(device, "device")
+    fallback = None if fallback_device is None else as_device(fallback_device, "fallback_device")
+    return (*in_force(Settings(mode, fallback)), requested)
 
 
 def _resolve(
@@ -451,14 +437,37 @@ def report_fallback(
     factory: str | None = None,
     device_attr: str | None = None,
 ) -> None:
-    """Log `fallback` on the library's logger, at WARNING (or DEBUG when `warn` is off)."""
+    """Report `fallback`: a `DeviceFallbackWarning` and a WARNING record, or DEBUG only.
+
+    The warning points at the first frame outside this library (the user's
+    call); the record goes to the library's logger with the `odg_*` fields.
+    """
     level = logging.WARNING if warn else logging.DEBUG
-    if logger.isEnabledFor(level):  # the texts are only written for a record that is kept
-        logger.log(
-            level,
-            fallback.message(applied=applied, context=context),
-            extra=fallback.fields(applied=applied, factory=factory, device_attr=device_attr),
-        )
+    if not warn and not logger.isEnabledFor(level):
+        return  # nothing to say: the texts are not even written
+    text = fallback.message(applied=applied, context=context)
+    if warn:
+        _warn_at_caller(text)
+    logger.log(
+        level,
+        text,
+        extra=fallback.fields(applied=applied, factory=factory, device_attr=device_attr),
+    )
+
+
+_OWN_FILES = (os.path.dirname(__file__) + os.sep, contextlib.__file__)
+"""Frames in these files are the library's (and a `contextmanager`'s), never the user's."""
+
+
+def _warn_at_caller(text: str) -> None:
+    """Issue `text` as a `DeviceFallbackWarning` attributed to the user's line."""
+    if sys.version_info >= (3, 12):
+        warnings.warn(text, DeviceFallbackWarning, skip_file_prefixes=_OWN_FILES)
+        return
+    level, frame = 1, inspect.currentframe()
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_FILES):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(text, DeviceFallbackWarning, stacklevel=level)
 
 
 @contextmanager
@@ -530,7 +539,7 @@ def aligned_device(
         device(type='cpu')
     """
     sessions = _session_list(session)
-    with device_policy(resolution_mode, fallback_device, warn):
+    with device_policy(resolution_mode=resolution_mode, fallback_device=fallback_device, warn=warn):
         if sessions is None:
             yield align_device_with_onnx_session(session, device)
         else:

@@ -10,33 +10,16 @@ argument, bound through the factory's signature.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from ._devices import DeviceLike, as_device
-from ._discovery import describe, error_text, factory_name
+from ._devices import DeviceLike
+from ._discovery import describe, factory_name
 from ._errors import DeviceGuardError, ModelInputError
-from ._messages import short_repr
-
-DeviceOption = torch.device | Callable[[dict[str, Any]], object] | None
-"""The `device=` option once checked: a fixed device, a callable, or `None`."""
-
-
-def device_option(value: object) -> DeviceOption:
-    """Check the `device=` option when the guard is built; raise `ModelInputError` if unusable."""
-    if value is None or isinstance(value, torch.device):
-        return value
-    if isinstance(value, str):
-        return as_device(value, "device")
-    if callable(value) and not isinstance(value, type):
-        return value
-    raise ModelInputError(
-        "device must be a torch.device, a string such as 'cuda', or a callable that takes "
-        "the factory call's arguments as a dict and returns one; "
-        f"got {type(value).__name__} {short_repr(value)}."
-    )
+from ._messages import error_text, short_repr
+from ._options import DeviceOption
 
 
 def call_arguments(

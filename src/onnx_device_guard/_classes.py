@@ -11,6 +11,10 @@ Which `__init__` call is the outermost one is tracked per instance and per
 thread: a set of the ids of the instances whose construction is under way in
 this thread. An `__init__` that builds another instance of the same class
 (recursion) aligns that one on its own.
+
+What is installed on the class refers only to its options, the original
+methods and module-level functions of this module, so a guarded class that
+cloudpickle carries by value (one defined in `__main__`) arrives guarded.
 """
 
 from __future__ import annotations
@@ -18,13 +22,12 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from ._errors import DeviceGuardError, ModelInputError
-
-if TYPE_CHECKING:
-    from ._decorator import _GuardOptions
+from ._model_alignment import align_model
+from ._options import GuardOptions
 
 C = TypeVar("C", bound=type)
 
@@ -33,8 +36,6 @@ _GUARD = "__onnx_device_guard_class__"
 
 _WRAPPER_MARK = "__onnx_device_guard_init__"
 """Set on every `__init__` wrapper this module makes, so none is wrapped twice."""
-
-_MISSING: Any = object()
 
 
 class _Constructing(threading.local):
@@ -51,31 +52,28 @@ _constructing = _Constructing()
 class _ClassGuard:
     """What guarding one class changed, so that `unguard_class` can put it back."""
 
-    options: _GuardOptions
+    options: GuardOptions
     init: Any
-    """The class's own `__init__` before guarding (`_MISSING`: it had none)."""
+    """The class's own `__init__` before guarding (`None`: it had none)."""
     init_subclass: Any
-    """The class's own `__init_subclass__` before guarding (`_MISSING`: none)."""
+    """The class's own `__init_subclass__` before guarding (`None`: none)."""
+    origin: Any = None
+    """The patch that guarded the class, if one did (see `_follow.watch`)."""
     subclass_inits: list[tuple[type, Any]] = field(default_factory=list)
     """Subclasses whose own `__init__` this guard wrapped, with the original."""
 
 
-def describe_options(options: _GuardOptions) -> str:
-    """The options that were set, as keyword arguments, for error messages."""
-    given = [
-        f"{item.name}={getattr(options, item.name)!r}"
-        for item in fields(options)
-        if item.compare and getattr(options, item.name) is not None
-    ]
-    return ", ".join(given) if given else "no options"
-
-
-def guarded_options(cls: type) -> _GuardOptions | None:
+def guarded_options(cls: type) -> GuardOptions | None:
     """The options of the nearest guarded class in `cls`'s MRO, or `None`."""
+    guard = _nearest_guard(cls)
+    return None if guard is None else guard.options
+
+
+def _nearest_guard(cls: type) -> _ClassGuard | None:
     for klass in cls.__mro__:
         guard = klass.__dict__.get(_GUARD)
         if isinstance(guard, _ClassGuard):
-            return guard.options
+            return guard
     return None
 
 
@@ -84,7 +82,7 @@ def is_guarded(cls: type) -> bool:
     return isinstance(cls.__dict__.get(_GUARD), _ClassGuard)
 
 
-def guard_class(cls: C, options: _GuardOptions) -> C:
+def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
     """Guard the construction of `cls` in place and return `cls` itself.
 
     Guarding a class that is already guarded with equal options changes
@@ -97,13 +95,14 @@ def guard_class(cls: C, options: _GuardOptions) -> C:
             return cls
         raise ModelInputError(
             f"The class {cls.__qualname__} is already guarded with other options "
-            f"({describe_options(existing.options)}), so it cannot also be guarded with "
-            f"{describe_options(options)}. Guard it once, with the options it needs."
+            f"({existing.options}), so it cannot also be guarded with "
+            f"{options}. Guard it once, with the options it needs."
         )
     guard = _ClassGuard(
         options=options,
-        init=cls.__dict__.get("__init__", _MISSING),
-        init_subclass=cls.__dict__.get("__init_subclass__", _MISSING),
+        init=cls.__dict__.get("__init__"),
+        init_subclass=cls.__dict__.get("__init_subclass__"),
+        origin=origin,
     )
     try:
         setattr(cls, _GUARD, guard)
@@ -137,7 +136,7 @@ def unguard_class(cls: type) -> None:
 
 
 def _restore(cls: type, name: str, value: Any) -> None:
-    if value is _MISSING:
+    if value is None:
         if name in cls.__dict__:
             type.__delattr__(cls, name)
     else:
@@ -161,8 +160,8 @@ def _all_subclasses(cls: type) -> list[type]:
 
 def _wrap_own_init(subclass: type, guard: _ClassGuard) -> None:
     """Wrap `subclass`'s own `__init__`, if it defines one we have not wrapped yet."""
-    init = subclass.__dict__.get("__init__", _MISSING)
-    if init is _MISSING or _is_wrapper(init):
+    init = subclass.__dict__.get("__init__")
+    if init is None or _is_wrapper(init):
         return
     try:
         type.__setattr__(subclass, "__init__", _init_wrapper(subclass, init))
@@ -172,49 +171,13 @@ def _wrap_own_init(subclass: type, guard: _ClassGuard) -> None:
 
 
 def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
-    """An `__init__` that runs `init` and aligns the instance if it was the outermost call."""
-    if init is _MISSING:
-
-        def original(self: object, *args: Any, **kwargs: Any) -> None:
-            params = cls.__dict__.get("__dataclass_params__")
-            if params is not None and getattr(params, "init", False):
-                # @dataclass ran after the guard and kept the guard's __init__
-                # instead of writing its own: the fields would never be set.
-                raise DeviceGuardError(
-                    f"{cls.__qualname__} was guarded before @dataclass could write its "
-                    "__init__. Put @device_guard above @dataclass, so that it guards the "
-                    "finished class."
-                )
-            mro = type(self).__mro__
-            owner = next(k for k in mro[mro.index(cls) + 1 :] if "__init__" in k.__dict__)
-            if owner is not object:
-                super(cls, self).__init__(*args, **kwargs)  # type: ignore[arg-type]
-            elif (args or kwargs) and type(self).__new__ is object.__new__:
-                # What object() says when a class without __init__ gets arguments;
-                # the wrapper must not make such a call pass silently.
-                raise TypeError(f"{type(self).__qualname__}() takes no arguments")
-
-        original.__name__ = "__init__"
-        original.__qualname__ = f"{cls.__qualname__}.__init__"
-    else:
-        original = init
+    """An `__init__` that runs `init` (or the inherited one) and then aligns, if outermost."""
+    original = init if init is not None else _inherited_init(cls)
 
     def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        key = id(self)
-        ids = _constructing.ids
-        if key in ids:  # an inner call: super().__init__() from a subclass
-            original(self, *args, **kwargs)
-            return
-        ids.add(key)
-        try:
-            original(self, *args, **kwargs)
-        finally:
-            ids.discard(key)
-        options = guarded_options(type(self))
-        if options is not None:
-            options.align(self, type(self), args, kwargs)
+        _construct(original, self, args, kwargs)
 
-    if init is not _MISSING:
+    if init is not None:
         functools.update_wrapper(__init__, init)
     else:
         __init__.__qualname__ = f"{cls.__qualname__}.__init__"
@@ -222,16 +185,65 @@ def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
     return __init__
 
 
+def _construct(
+    init: Callable[..., None], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Run `init`; align `instance` afterwards if this was its outermost `__init__`."""
+    key = id(instance)
+    ids = _constructing.ids
+    if key in ids:  # an inner call: super().__init__() from a subclass
+        init(instance, *args, **kwargs)
+        return
+    ids.add(key)
+    try:
+        init(instance, *args, **kwargs)
+    finally:
+        ids.discard(key)
+    guard = _nearest_guard(type(instance))
+    if guard is not None:
+        align_model(instance, guard.options, type(instance), args, kwargs, guard.origin)
+
+
+def _inherited_init(cls: type) -> Callable[..., None]:
+    """The `__init__` a class without its own runs: the next one in the instance's MRO."""
+
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        params = cls.__dict__.get("__dataclass_params__")
+        if params is not None and getattr(params, "init", False):
+            # @dataclass ran after the guard and kept the guard's __init__
+            # instead of writing its own: the fields would never be set.
+            raise DeviceGuardError(
+                f"{cls.__qualname__} was guarded before @dataclass could write its "
+                "__init__. Put @device_guard above @dataclass, so that it guards the "
+                "finished class."
+            )
+        mro = type(self).__mro__
+        owner = next(k for k in mro[mro.index(cls) + 1 :] if "__init__" in k.__dict__)
+        if owner is not object:
+            super(cls, self).__init__(*args, **kwargs)  # type: ignore[arg-type]
+        elif (args or kwargs) and type(self).__new__ is object.__new__:
+            # What object() says when a class without __init__ gets arguments;
+            # the wrapper must not make such a call pass silently.
+            raise TypeError(f"{type(self).__qualname__}() takes no arguments")
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    return __init__
+
+
 def _init_subclass_hook(cls: type, guard: _ClassGuard) -> classmethod[Any, Any, None]:
     """An `__init_subclass__` for `cls` that wraps each new subclass's own `__init__`."""
     own = guard.init_subclass
+    if own is None:
 
-    def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
-        if own is _MISSING:
+        def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
             super(cls, subclass).__init_subclass__(**kwargs)  # type: ignore[arg-type]
-        else:
+            _wrap_own_init(subclass, guard)
+
+    else:
+
+        def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
             own.__get__(None, subclass)(**kwargs)
-        _wrap_own_init(subclass, guard)
+            _wrap_own_init(subclass, guard)
 
     __init_subclass__.__qualname__ = f"{cls.__qualname__}.__init_subclass__"
     return classmethod(__init_subclass__)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ._errors import ModelInputError
@@ -70,17 +68,6 @@ def _unaddressable(name: str, value: object, index: object) -> ModelInputError:
         f"(it keeps indices 0 to {MAX_DEVICE_INDEX} and silently changes larger ones); "
         "pass the index of a GPU this machine has, such as 'cuda:0'."
     )
-
-
-@functools.cache
-def is_cuda(device: torch.device) -> bool:
-    """Return whether `device` is a CUDA device.
-
-    Reading `device.type` builds a new string each time (about a quarter of
-    a microsecond), so the answer is kept per device; there are only as many
-    as device types times the indices torch can address.
-    """
-    return device.type == "cuda"
 
 
 def cuda_index(device: torch.device) -> int:

@@ -20,17 +20,12 @@ import logging
 import pathlib
 import re
 import types
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._errors import DeviceGuardError, ModelInputError
-from ._messages import short_repr, short_str
-
-logger = logging.getLogger("onnx_device_guard")
-
-MISSING: Any = object()
-"""What a read returns for an attribute the object does not have."""
+from ._errors import DeviceGuardError
+from ._messages import MISSING, error_text, logger, short_repr
+from ._options import SessionSource
 
 DEFAULT_SESSION_ATTRS = ("_session", "session")
 """The attributes tried for the session before discovery."""
@@ -52,9 +47,6 @@ MAX_NESTING = 3
 
 MAX_VALUES = 4096
 """How many values one discovery looks at in all, whatever the model's shape."""
-
-SessionSource = tuple[str, ...] | Callable[[Any], object] | None
-"""`session_attr` once checked: attribute paths, a callable, or `None` (the defaults)."""
 
 _LEAVES = (
     str,
@@ -100,12 +92,6 @@ def context(model: object, factory: object | None) -> str:
     return f"model {type(model).__name__}, returned by the factory {factory_name(factory)}"
 
 
-def error_text(error: BaseException, limit: int = 200) -> str:
-    """`Type: message` of `error`, cut to `limit` characters, however broken its `str`."""
-    text = short_str(error, limit)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
 def read_attribute(
     owner: object, name: str, model: object, factory: object | None, path: str | None = None
 ) -> Any:
@@ -123,32 +109,6 @@ def read_attribute(
             f"{error_text(error)}. Make the attribute readable on the returned object, or "
             "pass session_attr=/device_attr= (or device=) so the guard does not need it."
         ) from error
-
-
-# --- session_attr ------------------------------------------------------------
-
-
-def session_source(value: object) -> SessionSource:
-    """Check `session_attr` when the guard is built; raise `ModelInputError` if unusable."""
-    if value is None:
-        return None
-    if callable(value) and not isinstance(value, str | type):
-        return value
-    paths = (value,) if isinstance(value, str) else value
-    if (
-        isinstance(paths, tuple | list)
-        and paths
-        and all(
-            isinstance(path, str) and all(part.isidentifier() for part in path.split("."))
-            for path in paths
-        )
-    ):
-        return tuple(paths)
-    raise ModelInputError(
-        "session_attr must be an attribute name or a dotted path ('detector.infer.session'), "
-        "a tuple of them, or a callable that takes the model and returns its session or "
-        f"sessions; got {type(value).__name__} {short_repr(value)}."
-    )
 
 
 def find_sessions(
@@ -274,22 +234,16 @@ def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[st
                 path = prefix + name
                 searched.append(path)
                 budget -= 1
-                if type(value) in _SCALARS:  # most attributes: nothing to look into
+                if isinstance(value, _SCALARS):  # most attributes: nothing to look into
                     continue
                 # Item paths are written out only for what is kept: a session, or
                 # an object to look into at the next level.
                 pending: list[tuple[str, tuple[object, ...], object, int]] = [(path, (), value, 0)]
                 while pending:
                     base, keys, item, nesting = pending.pop()
-                    kind = type(item)
-                    if kind in _SCALARS:
+                    if isinstance(item, _SCALARS):
                         continue
-                    if (
-                        kind is dict
-                        or kind is list
-                        or kind is tuple
-                        or isinstance(item, _CONTAINERS)
-                    ):
+                    if isinstance(item, _CONTAINERS):
                         if nesting < MAX_NESTING:
                             children = _items(item)
                             budget -= len(children)
@@ -311,8 +265,8 @@ def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[st
     return found, tuple(searched)
 
 
-_SCALARS = frozenset({str, bytes, int, float, bool, complex, type(None)})
-"""Exact types skipped at once, the most common values in a model's attributes."""
+_SCALARS = (str, bytes, int, float, complex, type(None))
+"""Skipped at once: the most common values in a model's attributes."""
 
 _CONTAINERS = (list, tuple, dict)
 
@@ -328,17 +282,14 @@ def _items(container: object) -> list[tuple[object, object]]:
 
 def _item_path(base: str, keys: tuple[object, ...]) -> str:
     """`base` followed by a `[key]` for each key (`[...]` for keys other than str and int)."""
-    return base + "".join(f"[{key!r}]" if type(key) in (str, int) else "[...]" for key in keys)
+    return base + "".join(f"[{key!r}]" if isinstance(key, str | int) else "[...]" for key in keys)
 
 
 def _instance_attributes(owner: object) -> list[tuple[str, object]]:
     """The values in `owner`'s instance `__dict__` and slots; never runs a property."""
     try:
         cls = type(owner)
-        layout = _LAYOUTS.get(cls)
-        if layout is None:
-            layout = _LAYOUTS[cls] = _layout(cls)
-        dict_descriptor, slots = layout
+        dict_descriptor, slots = _layout(cls)
         values: list[tuple[str, object]] = []
         if dict_descriptor is not None:
             namespace = dict_descriptor.__get__(owner, cls)
@@ -346,7 +297,7 @@ def _instance_attributes(owner: object) -> list[tuple[str, object]]:
                 values.extend(
                     (name, value)
                     for name, value in itertools.islice(dict.items(namespace), MAX_ATTRIBUTES)
-                    if type(name) is str
+                    if isinstance(name, str)
                 )
         for name, descriptor in slots:
             try:
@@ -358,13 +309,7 @@ def _instance_attributes(owner: object) -> list[tuple[str, object]]:
         return []
 
 
-_Layout = tuple[Any, tuple[tuple[str, Any], ...]]
-
-_LAYOUTS: weakref.WeakKeyDictionary[type, _Layout] = weakref.WeakKeyDictionary()
-"""Per class: the descriptor of its instances' `__dict__` (or `None`) and its slots."""
-
-
-def _layout(cls: type) -> _Layout:
+def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     """Where a class's instances keep their attributes, read off the class's own namespace."""
     dict_descriptor = None
     for klass in cls.__mro__:

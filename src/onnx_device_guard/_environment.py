@@ -10,14 +10,13 @@ The variables are read at first use (the first alignment or scope), not at
 import, so a bad value cannot stop `import onnx_device_guard` before the
 application has set up its logging; it raises `ModelInputError` naming the
 variable from that first use on, at every use until it is fixed. Once read
-without error they are kept (see `_policy.base_policy`): reading
+without error they are kept (see `_policy.current_policy`): reading
 `os.environ` on every call would cost more than the whole check.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -25,6 +24,7 @@ import torch
 from ._devices import as_device
 from ._errors import ModelInputError
 from ._messages import short_repr
+from ._options import Settings
 
 RESOLUTION_MODE = "ONNX_DEVICE_GUARD_RESOLUTION_MODE"
 """The variable that sets the default resolution mode."""
@@ -39,20 +39,11 @@ VARIABLES = (RESOLUTION_MODE, FALLBACK_DEVICE, WARN)
 """Every variable this module reads, in the order it reads them."""
 
 
-@dataclass(frozen=True)
-class Defaults:
-    """The defaults in force outside every scope: built-in, or from the environment."""
-
-    resolution_mode: Literal["fail", "fallback"]
-    fallback_device: torch.device
-    warn: bool
-
-
-BUILT_IN = Defaults(resolution_mode="fallback", fallback_device=torch.device("cpu"), warn=True)
+BUILT_IN = Settings(resolution_mode="fallback", fallback_device=torch.device("cpu"), warn=True)
 """The defaults when no variable is set."""
 
 
-def read() -> Defaults:
+def read() -> Settings:
     """Return the defaults that the variables in `os.environ` set now.
 
     Raises:
@@ -61,7 +52,7 @@ def read() -> Defaults:
     return from_environment(os.environ)
 
 
-def from_environment(environ: os._Environ[str] | dict[str, str]) -> Defaults:
+def from_environment(environ: os._Environ[str] | dict[str, str]) -> Settings:
     """Return the defaults that the variables in `environ` set.
 
     An unset or empty variable leaves the built-in default.
@@ -72,11 +63,11 @@ def from_environment(environ: os._Environ[str] | dict[str, str]) -> Defaults:
     mode = environ.get(RESOLUTION_MODE, "")
     device = environ.get(FALLBACK_DEVICE, "")
     warn = environ.get(WARN, "")
-    return Defaults(
-        resolution_mode=_mode(mode) if mode else BUILT_IN.resolution_mode,
-        fallback_device=_device(device) if device else BUILT_IN.fallback_device,
-        warn=_warn(warn) if warn else BUILT_IN.warn,
-    )
+    return Settings(
+        resolution_mode=_mode(mode) if mode else None,
+        fallback_device=_device(device) if device else None,
+        warn=_warn(warn) if warn else None,
+    ).over(BUILT_IN)
 
 
 def _mode(raw: str) -> Literal["fail", "fallback"]:

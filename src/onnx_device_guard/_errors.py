@@ -132,3 +132,36 @@ class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
     """
 
     default_help_url = help_url("troubleshooting", "no-data-transfer-registered")
+
+
+class DeviceFallbackWarning(UserWarning):
+    """A model's device was changed because its session cannot read the device asked for.
+
+    Issued, in `"fallback"` mode, at the line that called the library (the
+    alignment core, a guarded factory, a guarded class), so a plain script
+    with no logging set up shows it. The same fallback is also logged, as a
+    WARNING record with structured fields, on the `onnx_device_guard` logger.
+    `warn=False` (or `ONNX_DEVICE_GUARD_WARN=0`) silences both. The standard
+    warning filters apply: `python -W error::onnx_device_guard.DeviceFallbackWarning`,
+    or pytest's `filterwarnings = ["error::onnx_device_guard.DeviceFallbackWarning"]`,
+    turns every silent fallback of a test suite into an error.
+
+    Args:
+        message: What was wrong, which device the model uses now, and the fix.
+
+    Examples:
+        >>> import warnings
+        >>> from onnx_device_guard import DeviceFallbackWarning, align_device_with_onnx_session
+        >>> class CPUSession:
+        ...     def get_providers(self):
+        ...         return ["CPUExecutionProvider"]
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     align_device_with_onnx_session(CPUSession(), "cuda")
+        device(type='cpu')
+        >>> [warning.category.__name__ for warning in caught]
+        ['DeviceFallbackWarning']
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)

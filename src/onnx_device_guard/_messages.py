@@ -1,6 +1,16 @@
-"""Putting values the user passed into messages safely, at a sane length."""
+"""What every layer shares: the logger, the `MISSING` marker, and safe text for messages."""
 
 from __future__ import annotations
+
+import logging
+from typing import Any
+
+logger = logging.getLogger("onnx_device_guard")
+"""The library's one logger. It has only a `NullHandler`: handlers are the application's."""
+logger.addHandler(logging.NullHandler())
+
+MISSING: Any = object()
+"""Marks "no such attribute" (or "nothing was there"), where `None` is a real value."""
 
 REPR_LIMIT = 80
 """The most characters of one value's `repr` that a message shows."""
@@ -9,15 +19,14 @@ REPR_LIMIT = 80
 def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
     """Return `repr(value)`, cut to `limit` characters, and never raise.
 
-    A `__repr__` that raises (or returns something that is not a string)
-    gives `<TypeName object>` instead, so building an error message can never
-    fail in its turn or hide the error it describes.
+    A `__repr__` that raises gives `<TypeName object>` instead, so building an
+    error message can never fail in its turn or hide the error it describes.
     """
     try:
         text = repr(value)
     except Exception:
-        text = f"<{_type_name(value)} object>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+        text = f"<{type(value).__name__} object>"
+    return _cut(text, limit)
 
 
 def short_str(value: object, limit: int = 200) -> str:
@@ -25,9 +34,15 @@ def short_str(value: object, limit: int = 200) -> str:
     try:
         text = str(value)
     except Exception:
-        text = f"<{_type_name(value)} object>"
+        text = f"<{type(value).__name__} object>"
+    return _cut(text, limit)
+
+
+def error_text(error: BaseException, limit: int = 200) -> str:
+    """`Type: message` of `error`, cut to `limit` characters, however broken its `str`."""
+    text = short_str(error, limit)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _type_name(value: object) -> str:
-    return type(value).__name__

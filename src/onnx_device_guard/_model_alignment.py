@@ -1,250 +1,82 @@
 """Aligning a model object: find its sessions and device, align, write back, report.
 
-One function, `align_model`, does the whole job for `device_guard`, for
-`realign` and for anything else that aligns a model it did not build.
+One function, `align_model`, does the whole job for `device_guard`, `patch`
+and `realign`. When the guard follows the model, the watch on its sessions
+starts before their providers are read, so a change that lands during the
+load is never missed.
 """
 
 from __future__ import annotations
 
 import inspect
-import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 import torch
 
-from ._alignment import Mismatch, _arguments, find_mismatch, plan_alignment, report_fallback
-from ._call_device import DeviceOption, device_option, requested_device
+from ._alignment import plan_alignment, report_fallback
+from ._call_device import requested_device
 from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
-    MISSING,
-    SessionSource,
     context,
     describe,
-    error_text,
     factory_name,
     find_device_attribute,
     find_sessions,
-    session_source,
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
-from ._following import Follower
-from ._messages import short_repr
-from ._policy import DeviceMismatchResolutionMode, check_mode, current_policy, device_policy
-
-logger = logging.getLogger("onnx_device_guard")
-
-SessionAttr = str | tuple[str, ...] | Callable[[Any], object | Iterable[object]]
-"""What `session_attr` takes: a name or dotted path, a tuple of them, or a callable."""
-
-DeviceSource = DeviceLike | Callable[[dict[str, Any]], DeviceLike]
-"""What `device` takes: a device, or a callable of the call's arguments returning one."""
-
-_Options = TypeVar("_Options", bound="AlignOptions")
+from ._follow import Origin, watch
+from ._messages import error_text, logger, short_repr
+from ._options import (
+    DeviceMismatchResolutionMode,
+    GuardOptions,
+    SessionAttr,
+    SessionSource,
+    Settings,
+    guard_options,
+)
+from ._policy import in_force
 
 _SEARCHED_SHOWN = 12
 """How many of the searched attribute paths an error lists."""
 
 
-@dataclass(frozen=True)
-class AlignOptions:
-    """How to align a model: the options of `device_guard` and `realign`, checked once."""
-
-    resolution_mode: DeviceMismatchResolutionMode | None
-    fallback_device: torch.device | None
-    session_source: SessionSource
-    device_attr: str | None
-    device: DeviceOption = None
-    require_session: bool = True
-    follow: bool = True
-
-    @classmethod
-    def build(
-        cls: type[_Options],
-        resolution_mode: object = None,
-        fallback_device: object = None,
-        session_attr: object = None,
-        device_attr: object = None,
-        *,
-        device: object = None,
-        require_session: object = True,
-        follow: object = True,
-    ) -> _Options:
-        """Check every option, raising `ModelInputError` for one that cannot be used."""
-        if device_attr is not None and device is not None:
-            raise ModelInputError(
-                f"Pass device_attr={device_attr!r} or device={short_repr(device)}, not both: "
-                "device_attr names the model's own device attribute, which the guard reads "
-                "and writes; device= is for models that have none."
-            )
-        if not isinstance(require_session, bool):
-            raise ModelInputError(
-                "require_session must be True or False; "
-                f"got {type(require_session).__name__} {short_repr(require_session)}."
-            )
-        return cls(
-            resolution_mode=None if resolution_mode is None else check_mode(resolution_mode),
-            fallback_device=(
-                None if fallback_device is None else as_device(fallback_device, "fallback_device")
-            ),
-            session_source=session_source(session_attr),
-            device_attr=None if device_attr is None else _device_attr(device_attr),
-            device=device_option(device),
-            require_session=require_session,
-            follow=_follow(follow),
-        )
-
-
-def _follow(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise ModelInputError(
-        f"follow must be True or False; got {type(value).__name__} {short_repr(value)}."
-    )
-
-
-def follow_model(
-    model: object,
-    options: AlignOptions,
-    follower: Follower,
-    factory: object | None,
-    sessions: list[tuple[str, object]],
-    requested: torch.device | None,
-) -> None:
-    """Align `model` again whenever one of `sessions` changes providers.
-
-    Called once the model has been aligned at load. A change may come in
-    another thread under other scopes, so the options are fixed now: the
-    mode, fallback device and warnings in force at load, and, for a model
-    without a device attribute, the device the call asked for (`requested`).
-    """
-    if not follower.enabled:
-        return
-    policy = current_policy()  # only read here; the options are built on a change
-
-    def on_change(
-        model: object,
-        session_name: str,
-        old: tuple[str, ...] | None,
-        new: tuple[str, ...] | None,
-    ) -> None:
-        fixed = AlignOptions(
-            resolution_mode=options.resolution_mode or policy.resolution_mode,
-            fallback_device=options.fallback_device or policy.fallback_device,
-            session_source=options.session_source,
-            device_attr=options.device_attr,
-            device=options.device if requested is None else requested,
-            require_session=options.require_session,
-        )
-        with device_policy(warn=policy.warn):
-            align_model(model, fixed, factory)
-
-    follower.watch(model, sessions, on_change)
-
-
-def _device_attr(value: object) -> str:
-    if isinstance(value, str) and value.isidentifier():
-        return value
-    raise ModelInputError(f"device_attr must be one attribute name; got {short_repr(value)}.")
-
-
 def align_model(
     model: object,
-    options: AlignOptions,
+    options: GuardOptions,
     factory: object | None = None,
     args: tuple[Any, ...] = (),
     kwargs: Mapping[str, Any] | None = None,
-    follower: Follower | None = None,
+    origin: Origin | None = None,
 ) -> torch.device | None:
     """Align `model`'s device with its sessions; return the device they read.
 
-    The sessions come from `options.session_source` (by default `_session`,
+    The sessions come from `options.session_attr` (by default `_session`,
     `session`, then discovery). The device comes from the model's device
     attribute, which gets the aligned device written back; a model without
     one is only checked, with the device from `options.device` or from the
     `device` argument of the call of `factory` with `args` and `kwargs`.
-    A fallback is logged only after the write-back succeeded.
+    A fallback is reported only after the write-back succeeded. With
+    `options.follow`, the model then follows its sessions (see `_follow`),
+    its watches made for `origin`.
 
     Returns `None`, and leaves the model as it is, when it holds no session
     and `options.require_session` is off.
     """
-    if options.session_source is None and options.device_attr is None:
-        # The usual shape, a session and a device under the default names, kept
-        # as fast as a bare check when they agree. On a mismatch the full path
-        # below goes on from what was read here, so the session is asked once;
-        # anything unusual takes the full path from the start, which reads the
-        # attributes again and reports properly.
-        known = None
-        try:
-            session_name = "_session"
-            session = getattr(model, session_name, MISSING)
-            if session is MISSING:
-                session_name = "session"
-                session = getattr(model, session_name, MISSING)
-            device_name = "_device"
-            current = getattr(model, device_name, MISSING)
-            if current is MISSING:
-                device_name = "device"
-                current = getattr(model, device_name, MISSING)
-            if session is not MISSING and current is not MISSING:
-                requested = _arguments(options.resolution_mode, current, options.fallback_device)[2]
-                mismatch = find_mismatch(session, requested)
-                if mismatch is None:
-                    if follower is not None:
-                        follow_model(
-                            model, options, follower, factory, [(session_name, session)], None
-                        )
-                    return requested
-                known = ([(session_name, session)], (device_name, current), mismatch)
-        except Exception:  # the full path reads again and raises the right error
-            pass
-        if known is not None:  # the full path's last step, from what was read here
-            return _finish(model, options, factory, args, kwargs, follower, *known)
-    return _align_model(model, options, factory, args, kwargs, follower)
-
-
-def _align_model(
-    model: object,
-    options: AlignOptions,
-    factory: object | None,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any] | None,
-    follower: Follower | None,
-) -> torch.device | None:
-    """The full path of `align_model`: find the sessions and the device, then finish."""
-    sessions, searched = find_sessions(model, options.session_source, factory)
+    sessions, searched = find_sessions(model, options.session_attr, factory)
     if not options.require_session:
         sessions = [(path, session) for path, session in sessions if session is not None]
     if not sessions:
         if options.require_session:
-            raise _no_session(model, factory, options.session_source, searched)
+            raise _no_session(model, factory, options.session_attr, searched)
         logger.debug(
             "%s, which holds no onnxruntime session; left as it is (require_session=False).",
             describe(model, factory),
         )
         return None
     attribute = find_device_attribute(model, options.device_attr, factory)
-    return _finish(model, options, factory, args, kwargs, follower, sessions, attribute, None)
-
-
-def _finish(
-    model: object,
-    options: AlignOptions,
-    factory: object | None,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any] | None,
-    follower: Follower | None,
-    sessions: list[tuple[str, object]],
-    attribute: tuple[str, Any] | None,
-    mismatch: Mismatch | None,
-) -> torch.device | None:
-    """Align with `sessions` the device from `attribute` (or the call), write back, log.
-
-    `mismatch` is the first session's, when a quick check already found it.
-    With a `follower`, the model then follows its sessions' provider changes.
-    """
     if attribute is not None:
         device_name: str | None = attribute[0]
         current: Any = attribute[1]
@@ -257,28 +89,32 @@ def _finish(
         current, source = found
     names = [path for path, _ in sessions]
     try:
-        policy, mode, requested, fallback = _arguments(
-            options.resolution_mode, current, options.fallback_device
+        mode, fallback, warn = in_force(options.settings)
+        requested = as_device(current, "device")
+    except ModelInputError as error:
+        raise _in_context(error, model, factory, names, source) from error
+    if options.follow:
+        _follow(
+            model,
+            options,
+            factory,
+            sessions,
+            Settings(mode, fallback, warn),
+            origin,
+            requested if device_name is None else None,
         )
+    try:
         aligned, report = plan_alignment(
-            [session for _, session in sessions], names, requested, mode, fallback, mismatch
+            [session for _, session in sessions], names, requested, mode, fallback
         )
     except ModelInputError as error:
-        raise ModelInputError(
-            f"{describe(model, factory)}, with session attribute(s) "
-            f"{', '.join(repr(name) for name in names)} and {source}: {error.message}",
-            help_url=error.help_url,
-        ) from error
+        raise _in_context(error, model, factory, names, source) from error
     except EnvironmentConfigurationError as error:
         single = "" if len(names) > 1 else f"; session {names[0]!r}"
         raise EnvironmentConfigurationError(
             f"{error.message} ({context(model, factory)}{single}; device from {source})",
             help_url=error.help_url,
         ) from None
-    if follower is not None:
-        follow_model(
-            model, options, follower, factory, sessions, requested if device_name is None else None
-        )
     if report is None:
         return aligned
     if device_name is not None and aligned != requested:
@@ -293,13 +129,51 @@ def _finish(
             ) from error
     report_fallback(
         report,
-        policy.warn,
+        warn,
         applied=device_name is not None,
         context=f"{context(model, factory)}; device from {source}",
         factory=None if factory is None else factory_name(factory),
         device_attr=device_name,
     )
     return aligned
+
+
+def _in_context(
+    error: ModelInputError, model: object, factory: object | None, names: list[str], source: str
+) -> ModelInputError:
+    return ModelInputError(
+        f"{describe(model, factory)}, with session attribute(s) "
+        f"{', '.join(repr(name) for name in names)} and {source}: {error.message}",
+        help_url=error.help_url,
+    )
+
+
+def _follow(
+    model: object,
+    options: GuardOptions,
+    factory: object | None,
+    sessions: list[tuple[str, object]],
+    resolved: Settings,
+    origin: Origin | None,
+    requested: torch.device | None,
+) -> None:
+    """Align `model` again whenever one of `sessions` changes providers.
+
+    A change may come in another thread under other scopes, so the settings
+    are those in force at load (`resolved`) and, for a model without a device
+    attribute, the device the call asked for (`requested`).
+    """
+    fixed = replace(
+        options,
+        settings=resolved,
+        device=options.device if requested is None else requested,
+        follow=False,
+    )
+
+    def on_change(model: object, *change: object) -> None:
+        align_model(model, fixed, factory)
+
+    watch(model, sessions, on_change, key=id(options), origin=origin)
 
 
 def _no_session(
@@ -363,6 +237,7 @@ def realign(
     *,
     resolution_mode: DeviceMismatchResolutionMode | None = None,
     fallback_device: DeviceLike | None = None,
+    warn: bool | None = None,
     session_attr: SessionAttr | None = None,
     device_attr: str | None = None,
     device: DeviceLike | None = None,
@@ -384,6 +259,8 @@ def realign(
             in force.
         fallback_device: Where to go when a session runs no GPU-capable
             provider; `None` takes the policy in force.
+        warn: `False` silences a fallback (DEBUG record only); `None` takes
+            the policy in force.
         session_attr: As for `device_guard`: an attribute name or dotted
             path, a tuple of them, or a callable returning the session(s).
         device_attr: As for `device_guard`: the attribute that holds the
@@ -432,12 +309,14 @@ def realign(
         >>> model.device
         'cpu'
     """
-    options = AlignOptions.build(
-        resolution_mode,
-        fallback_device,
-        session_attr,
-        device_attr,
+    options = guard_options(
+        resolution_mode=resolution_mode,
+        fallback_device=fallback_device,
+        warn=warn,
+        session_attr=session_attr,
+        device_attr=device_attr,
         device=device,
         require_session=require_session,
+        follow=False,
     )
     return align_model(model, options)

@@ -1,141 +1,96 @@
-"""Scoped defaults for alignment: resolution mode, fallback device, warnings."""
+"""Scoped settings: `device_policy`, and the settings in force for a call.
+
+A scope is a `ContextVar` set on entry and reset with its token on exit, as
+`decimal.localcontext` and structlog's `bound_contextvars` do. A new thread
+starts outside every scope; an asyncio task starts inside the scopes in force
+where it was created, and neither sees the other's later changes. Scopes must
+be left in the reverse order of entry: leaving one out of order (as a scope
+entered inside a generator and left after its consumer entered its own) raises
+`DeviceGuardError` instead of being repaired. The scope so left is never in
+force again, but the scopes entered after it keep what they inherited from it
+until they end. A process started with `fork` inherits the parent's scopes as
+they were; they are ignored there, so every worker starts from the defaults,
+whatever the start method.
+"""
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
 from collections.abc import Callable
-from contextvars import ContextVar
-from dataclasses import dataclass
+from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, Literal, TypeVar, cast, get_args
+from typing import Any, TypeVar, cast
 
 import torch
 
-from ._devices import DeviceLike, as_device
+from ._devices import DeviceLike
 from ._environment import read as read_environment
 from ._errors import DeviceGuardError, ModelInputError
 from ._messages import short_repr
-from ._pickling import WrapperByReference
-
-DeviceMismatchResolutionMode = Literal["fail", "fallback"]
-"""How a device the session cannot read is resolved.
-
-* `"fallback"`: log the mismatch and return a device the session can read
-  (the fallback device, CPU unless configured otherwise).
-* `"fail"`: raise
-  [`EnvironmentConfigurationError`][onnx_device_guard.EnvironmentConfigurationError].
-
-Examples:
-    >>> import typing
-    >>> from onnx_device_guard import DeviceMismatchResolutionMode
-    >>> typing.get_args(DeviceMismatchResolutionMode)
-    ('fail', 'fallback')
-"""
-
-_MODES: tuple[str, ...] = get_args(DeviceMismatchResolutionMode)
+from ._options import DeviceMismatchResolutionMode, Settings, settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def check_mode(value: object) -> DeviceMismatchResolutionMode:
-    """Return `value` if it is a resolution mode, else raise `ModelInputError`."""
-    if isinstance(value, str):
-        if value == "fail":
-            return "fail"
-        if value == "fallback":
-            return "fallback"
-    choices = ", ".join(repr(mode) for mode in _MODES)
-    raise ModelInputError(f"resolution_mode must be one of {choices}; got {short_repr(value)}.")
+class _Scope:
+    """One entered `device_policy`: the settings in force inside it, and how to leave it."""
+
+    __slots__ = ("ended", "generation", "outer", "owner", "settings", "token")
+
+    def __init__(self, settings: Settings, owner: object, outer: _Scope | None) -> None:
+        self.settings = settings
+        self.owner = owner
+        self.outer = outer
+        self.generation = _generation
+        self.ended = False
+        self.token: Token[_Scope | None] | None = None
 
 
-def check_warn(value: object) -> bool:
-    """Return `value` as a bool if it is one, else raise `ModelInputError`.
-
-    numpy's boolean scalars (`numpy.True_`, what `array.any()` returns) count
-    as bools: they hold nothing but True or False. Anything else, `1` and
-    `"yes"` included, is refused rather than guessed at.
-    """
-    if isinstance(value, bool):
-        return value
-    kind = type(value)
-    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
-        return bool(value)
-    raise ModelInputError(
-        f"warn must be True or False; got {_type_label(value)} {short_repr(value)}."
-    )
+def _innermost() -> _Scope | None:
+    """The innermost scope in force: not ended, and entered in this process."""
+    scope = _CURRENT.get()
+    while scope is not None and (scope.ended or scope.generation != _generation):
+        scope = scope.outer
+    return scope
 
 
-def _type_label(value: object) -> str:
-    kind = type(value)
-    module = getattr(kind, "__module__", "builtins")
-    name = getattr(kind, "__qualname__", kind.__name__)
-    return name if module == "builtins" else f"{module}.{name}"
+_CURRENT: ContextVar[_Scope | None] = ContextVar("onnx_device_guard_scope", default=None)
+_generation = 0
+"""Counts the forks this process descends from; scopes of an older generation are ignored."""
+_base: Settings | None = None
 
 
-@dataclass(frozen=True)
-class Policy:
-    """The alignment defaults in force: one entered scope in a chain of nested scopes.
-
-    `resolution_mode`, `fallback_device` and `warn` are the values in force
-    inside this scope: its own options where it set them, else those of the
-    scope outside it, down to the environment's defaults. `own` keeps the
-    options it set itself, so the chain can be rebuilt when a scope outside
-    this one leaves first.
-    """
-
-    resolution_mode: DeviceMismatchResolutionMode
-    fallback_device: torch.device
-    warn: bool
-    outer: Policy | None = None
-    own: tuple[DeviceMismatchResolutionMode | None, torch.device | None, bool | None] = (
-        None,
-        None,
-        None,
-    )
-    owner: object = None
-
-    def inside(self, own: _Options, owner: object) -> Policy:
-        """Return the scope that `own` options, entered by `owner`, make inside this one."""
-        mode, device, warn = own
-        return Policy(
-            resolution_mode=self.resolution_mode if mode is None else mode,
-            fallback_device=self.fallback_device if device is None else device,
-            warn=self.warn if warn is None else warn,
-            outer=self,
-            own=own,
-            owner=owner,
-        )
+def _forked() -> None:
+    global _generation
+    _generation += 1
 
 
-_Options = tuple[DeviceMismatchResolutionMode | None, torch.device | None, bool | None]
-
-_CURRENT: ContextVar[Policy | None] = ContextVar("onnx_device_guard_policy", default=None)
-_base: Policy | None = None
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
-def base_policy() -> Policy:
-    """Return the policy outside every scope: the environment's defaults, else the built-in ones.
+def current_policy() -> Settings:
+    """Return the settings in force in this thread or task, every field filled in.
 
-    The `ONNX_DEVICE_GUARD_*` variables are read at the first call and kept;
-    a bad value is not kept, so every call raises until it is fixed.
+    Those of the innermost `device_policy` scope, or outside every scope the
+    defaults that the environment variables set (read at the first use and
+    kept), else the built-in ones.
 
     Raises:
         ModelInputError: An `ONNX_DEVICE_GUARD_*` variable holds a bad value.
     """
+    scope = _innermost()
+    if scope is not None:
+        return scope.settings
     global _base
-    base = _base
-    if base is None:
-        defaults = read_environment()
-        base = _base = Policy(
-            resolution_mode=defaults.resolution_mode,
-            fallback_device=defaults.fallback_device,
-            warn=defaults.warn,
-            own=(defaults.resolution_mode, defaults.fallback_device, defaults.warn),
-        )
-    return base
+    if _base is None:
+        _base = read_environment()  # a bad value is not kept: it raises at every use
+    return _base
 
 
-def reread_environment() -> Policy:
+def reread_environment() -> Settings:
     """Forget the defaults read from the environment, and read them again.
 
     Raises:
@@ -143,64 +98,20 @@ def reread_environment() -> Policy:
     """
     global _base
     _base = None
-    return base_policy()
+    return current_policy()
 
 
-def current_policy() -> Policy:
-    """Return the innermost `device_policy` in force in this thread or task.
-
-    Outside every scope, the defaults that the environment variables set
-    (read at the first use), else the built-in ones.
-
-    Raises:
-        ModelInputError: An `ONNX_DEVICE_GUARD_*` variable holds a bad value.
-    """
-    policy = _CURRENT.get()
-    if policy is not None:
-        return policy
-    base = _base
-    return base_policy() if base is None else base
-
-
-def _enter(own: _Options, owner: object) -> None:
-    _CURRENT.set(current_policy().inside(own, owner))
-
-
-def _exit(owner: object) -> None:
-    """Remove the innermost scope that `owner` entered, and only that one.
-
-    Scopes entered after it (a generator's consumer can enter one while the
-    generator's is still open) stay, with their own options; the values they
-    had inherited from the removed scope are taken again from what is now
-    outside them. Neither "remove the innermost scope" nor
-    `ContextVar.reset(token)` would do that: the first removes someone
-    else's scope when exits come out of order, the second also drops every
-    scope entered after the token was taken.
-    """
-    current = _CURRENT.get()
-    if current is not None and current.owner is owner:  # exits in order: the common case
-        outer = current.outer
-        _CURRENT.set(None if outer is None or outer.outer is None else outer)
-        return
-    later: list[Policy] = []
-    node = current
-    while node is not None and node.owner is not owner:
-        later.append(node)
-        node = node.outer
-    if node is None or node.outer is None:
-        raise DeviceGuardError(
-            f"Leaving {owner!r}, which was not entered in this thread or task; the scopes "
-            "in force are left as they are. Enter and leave a device_policy in the same "
-            "thread or task, with a `with` block."
-        )
-    rebuilt = node.outer
-    for scope in reversed(later):
-        rebuilt = rebuilt.inside(scope.own, scope.owner)
-    _CURRENT.set(None if rebuilt.outer is None else rebuilt)
+def in_force(explicit: Settings) -> tuple[DeviceMismatchResolutionMode, torch.device, bool]:
+    """The mode, fallback device and `warn` a call uses: `explicit` over the policy in force."""
+    merged = explicit.over(current_policy())
+    return cast(
+        tuple[DeviceMismatchResolutionMode, torch.device, bool],
+        (merged.resolution_mode, merged.fallback_device, merged.warn),
+    )
 
 
 class device_policy:  # noqa: N801 - a context manager, named like contextlib's
-    """Set alignment defaults for a block of code, or for every call of a function.
+    """Set the alignment settings for a block of code, or for every call of a function.
 
     Inside the block,
     [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session],
@@ -212,29 +123,30 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
     and `ONNX_DEVICE_GUARD_WARN` set (read at the first use), else
     `resolution_mode="fallback"`, `fallback_device=cpu` and `warn=True`.
 
-    Scopes nest, and leaving one (also by an exception) removes that scope
-    and only that one, even out of order: a scope entered later keeps the
-    options it set. They live in a `contextvars.ContextVar`: a new thread
+    Scopes nest and must be left in the reverse order of entry (a `with`
+    block does that). They live in a `contextvars.ContextVar`: a new thread
     starts with the defaults, an asyncio task starts with the scope in force
-    where it was created, and neither ever sees another's changes. One
-    instance may be entered any number of times, also concurrently, and works
-    as a decorator of plain and `async def` functions. A scope entered inside
-    a generator is also in force for its consumer between items; enter the
-    scope around the loop instead.
+    where it was created, and neither ever sees another's changes. A process
+    pool's workers use their own defaults, also when started with `fork`
+    inside a scope. One instance may be entered any number of times, also
+    concurrently, and works as a decorator of plain and `async def`
+    functions; it pickles, so a decorated function can be sent to workers.
 
     Args:
         resolution_mode: `"fail"` or `"fallback"` (see
             [`DeviceMismatchResolutionMode`][onnx_device_guard.DeviceMismatchResolutionMode]).
         fallback_device: The device a `"fallback"` resolution returns when the
             session runs no GPU-capable provider.
-        warn: `False` reports fallbacks at DEBUG level instead of WARNING, for
-            scripts on machines known to have no GPU.
+        warn: `False` silences fallbacks: no `DeviceFallbackWarning`, and the
+            log record at DEBUG level instead of WARNING, for scripts on
+            machines known to have no GPU.
 
     Raises:
         ModelInputError: An option has a value it cannot take; or, on entry,
             an `ONNX_DEVICE_GUARD_*` environment variable has one.
-        DeviceGuardError: On exit, the scope was not entered in this thread
-            or task.
+        DeviceGuardError: On exit, the scope is not the innermost one in
+            this thread or task (scopes left out of order, or in another
+            thread or task than the one that entered them).
 
     Examples:
         >>> import torch
@@ -245,8 +157,6 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         >>> with device_policy(fallback_device="meta", warn=False):
         ...     align_device_with_onnx_session(CPUSession(), "cuda")
         device(type='meta')
-        >>> align_device_with_onnx_session(CPUSession(), "cuda")
-        device(type='cpu')
 
         As a decorator, the scope holds for every call:
 
@@ -258,32 +168,31 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         onnx_device_guard.EnvironmentConfigurationError: ...
     """
 
-    __slots__ = ("_own",)
+    __slots__ = ("_settings",)
 
     def __init__(
         self,
+        *,
         resolution_mode: DeviceMismatchResolutionMode | None = None,
         fallback_device: DeviceLike | None = None,
         warn: bool | None = None,
     ) -> None:
-        self._own: _Options = (
-            None if resolution_mode is None else check_mode(resolution_mode),
-            None if fallback_device is None else as_device(fallback_device, "fallback_device"),
-            None if warn is None else check_warn(warn),
-        )
+        self._settings = settings(resolution_mode, fallback_device, warn)
 
     def __repr__(self) -> str:
-        mode, device, warn = self._own
-        return f"device_policy(resolution_mode={mode!r}, fallback_device={device!r}, warn={warn!r})"
+        own = self._settings
+        return (
+            f"device_policy(resolution_mode={own.resolution_mode!r}, "
+            f"fallback_device={own.fallback_device!r}, warn={own.warn!r})"
+        )
 
-    def __getstate__(self) -> _Options:
-        return self._own
-
-    def __setstate__(self, state: _Options) -> None:
-        self._own = state
+    def __reduce__(self) -> tuple[Any, ...]:
+        own = self._settings
+        return (_rebuild, (own.resolution_mode, own.fallback_device, own.warn))
 
     def __enter__(self) -> None:
-        _enter(self._own, self)
+        scope = _Scope(self._settings.over(current_policy()), self, _innermost())
+        scope.token = _CURRENT.set(scope)
 
     def __exit__(
         self,
@@ -291,18 +200,40 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        # Each entered scope records which instance entered it, rather than
-        # this instance recording its scopes, so the same instance can be
-        # entered recursively or from several threads at once; the exit
-        # removes the innermost scope this instance entered in this context.
-        _exit(self)
+        # The scope, not this instance, holds the token, so one instance can be
+        # entered recursively, from several threads and tasks at once.
+        innermost = _innermost()
+        if innermost is not None and innermost.owner is self and innermost.token is not None:
+            try:
+                _CURRENT.reset(innermost.token)
+            except ValueError:  # entered in a copy of this context (a task's)
+                _CURRENT.set(innermost.outer)
+            return
+        own = innermost
+        while own is not None and own.owner is not self:
+            own = own.outer
+        if own is None:
+            raise DeviceGuardError(
+                f"Leaving {self!r}, which was not entered in this thread or task; the scopes "
+                "in force are left as they are. Enter and leave a device_policy in the same "
+                "thread or task, with a `with` block."
+            )
+        own.ended = True
+        raise DeviceGuardError(
+            f"Leaving {self!r} out of order: a scope entered after it is still in force "
+            "(a scope entered inside a generator and left after its consumer entered "
+            "another, say). It has ended, but the scopes entered after it keep what they "
+            "inherited from it until they end. Enter and leave each device_policy with a "
+            "`with` block, around the loop that consumes a generator rather than inside it."
+        )
 
     def __call__(self, function: F) -> F:
         """Run every call of `function` inside this scope.
 
         Args:
-            function: A plain or `async def` function; an `async def` one
-                runs its whole body, awaits included, inside the scope.
+            function: A plain or `async def` function (also under
+                `@classmethod` or `@staticmethod`); an `async def` one runs
+                its whole body, awaits included, inside the scope.
 
         Returns:
             A wrapper of `function` with the same name, signature and types.
@@ -320,14 +251,14 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
             'ran inside the scope'
         """
         candidate: object = function  # typed as callable, but users pass anything
-        if not (callable(candidate) or isinstance(candidate, classmethod | staticmethod)):
+        if isinstance(candidate, classmethod | staticmethod):
+            return cast(F, type(candidate)(self(candidate.__func__)))
+        if not callable(candidate):
             raise ModelInputError(
                 "device_policy decorates a function or method; "
                 f"got {type(function).__name__} {short_repr(function)}."
             )
-        # Stacked over @classmethod or @staticmethod, look at the function inside.
-        inner = function.__func__ if isinstance(function, classmethod | staticmethod) else function
-        if inspect.isgeneratorfunction(inner) or inspect.isasyncgenfunction(inner):
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
             name = short_repr(getattr(function, "__qualname__", function))
             raise ModelInputError(
                 f"device_policy cannot decorate the generator function {name}: the scope "
@@ -337,18 +268,28 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
                 "the loop that consumes it), or pass the options explicitly to the calls "
                 "inside it."
             )
-        if inspect.iscoroutinefunction(inner):
+        if inspect.iscoroutinefunction(function):
 
-            async def run_async(
-                wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
-            ) -> Any:
+            @functools.wraps(function)
+            async def scoped_async(*args: Any, **kwargs: Any) -> Any:
                 with self:
-                    return await wrapped(*args, **kwargs)
+                    return await function(*args, **kwargs)
 
-            return cast(F, WrapperByReference(function, run_async))
+            return cast(F, scoped_async)
 
-        def run(wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any) -> Any:
+        @functools.wraps(function)
+        def scoped(*args: Any, **kwargs: Any) -> Any:
             with self:
-                return wrapped(*args, **kwargs)
+                return function(*args, **kwargs)
 
-        return cast(F, WrapperByReference(function, run))
+        return cast(F, scoped)
+
+
+def _rebuild(
+    resolution_mode: DeviceMismatchResolutionMode | None,
+    fallback_device: torch.device | None,
+    warn: bool | None,
+) -> device_policy:
+    return device_policy(
+        resolution_mode=resolution_mode, fallback_device=fallback_device, warn=warn
+    )

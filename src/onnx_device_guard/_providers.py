@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._devices import MAX_DEVICE_INDEX
 from ._errors import ModelInputError
-from ._messages import short_repr, short_str
+from ._messages import logger, short_repr, short_str
 
 GPU_CAPABLE_EXECUTION_PROVIDERS: frozenset[str] = frozenset(
     {
@@ -35,11 +34,6 @@ Examples:
     False
 """
 
-logger = logging.getLogger("onnx_device_guard")
-
-_DEVICE_IDS = {str(index): index for index in range(64)}
-"""`device_id` values as onnxruntime reports them (`"0"`), and the index each names."""
-
 
 def require_session(session: object) -> Callable[[], object]:
     """Return `session.get_providers`, or raise `ModelInputError` if it has none."""
@@ -62,20 +56,17 @@ def effective_providers(session: object) -> tuple[str, ...]:
     a tuple, a set, a generator), but not a bare string.
     """
     providers = _ask(require_session(session), "get_providers")
-    if type(providers) is list or type(providers) is tuple:  # the common case, first
-        names = tuple(providers)
-    elif isinstance(providers, str | bytes) or not _is_iterable(providers):
+    if isinstance(providers, str | bytes) or not _is_iterable(providers):
         raise _not_names(providers)
-    else:
-        try:
-            names = tuple(providers)
-        except Exception as error:
-            raise ModelInputError(
-                "Iterating over what session.get_providers() returned "
-                f"({type(providers).__name__} {short_repr(providers)}) raised "
-                f"{type(error).__name__}: {short_str(error)}. Pass a fully initialised "
-                "onnxruntime.InferenceSession."
-            ) from error
+    try:
+        names = tuple(providers)
+    except Exception as error:
+        raise ModelInputError(
+            "Iterating over what session.get_providers() returned "
+            f"({type(providers).__name__} {short_repr(providers)}) raised "
+            f"{type(error).__name__}: {short_str(error)}. Pass a fully initialised "
+            "onnxruntime.InferenceSession."
+        ) from error
     for name in names:
         if not isinstance(name, str):
             raise ModelInputError(
@@ -121,7 +112,7 @@ def provider_device_id(session: object, provider: str) -> int | None:
         if not callable(get_options):
             return None
         all_options = get_options()
-        if type(all_options) is dict or isinstance(all_options, Mapping):
+        if isinstance(all_options, Mapping):
             options = all_options.get(provider)
         else:
             _unchecked(
@@ -132,7 +123,7 @@ def provider_device_id(session: object, provider: str) -> int | None:
             return None
         if options is None:
             return None
-        if type(options) is dict or isinstance(options, Mapping):
+        if isinstance(options, Mapping):
             raw = options.get("device_id")
         else:
             _unchecked(
@@ -147,9 +138,6 @@ def provider_device_id(session: object, provider: str) -> int | None:
             f"{short_str(error)}",
         )
         return None
-    known = _DEVICE_IDS.get(raw) if type(raw) is str else None
-    if known is not None:
-        return known
     if raw is None:
         return None
     index = parse_device_id(raw)

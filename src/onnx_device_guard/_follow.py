@@ -12,79 +12,62 @@ This module hooks that one change, never a run: it puts a wrapper of
 class's method, onnxruntime's own fallback included, since that calls
 `self.set_providers`). The wrapper reads the session's providers and their
 options before and after the call; when they differ it calls back every
-model that watches the session. Inference itself is untouched and costs
-nothing more.
+model that watches the session. Inference itself is untouched.
+
+The run-time state lives beside the session, in that hook: the models that
+watch it, each held weakly, keyed by model, options and origin, so adding a
+watch costs the same however many models share the session, and a dead
+model's entry is dropped by its weak reference's callback. Nothing here is
+kept in a guard's options, so a guarded factory pickles without it.
 
 Internal API, for the guard (`device_guard`, `patch`):
 
-* `follower = Follower(enabled=True)`: one per guard application (one per
-  `device_guard` use, one per `patch` handle). A disabled follower
-  (`enabled=False`, the guard's `follow=False`) watches nothing, at no cost.
-* `follower.watch(model, [(name, session), ...], on_change)`: follow these
-  sessions of `model`; returns how many are followed. Call it after the
-  model's device has been aligned at load. It never raises for a model or
-  session it cannot follow: it logs (see below) and returns fewer.
+* `watch(model, [(name, session), ...], on_change, key=..., origin=...)`:
+  follow these sessions of `model`; returns how many are followed. Call it
+  before reading the providers at load, so a change that lands meanwhile is
+  not missed. Watching the same model with the same key again adds nothing.
+  It never raises for a model or session it cannot follow: it logs and
+  returns fewer.
 * `on_change(model, session_name, old_providers, new_providers)` is called
-  once per live model and changed session, in the thread that changed the
-  providers and under that thread's `device_policy` scopes, so the guard
-  should resolve its options at load and pass them explicitly. Providers are
-  tuples of names, or `None` where `get_providers()` could not be read. The
-  guard re-aligns there, as at load: in `"fallback"` mode it writes the new
-  device and logs its usual fallback record, in `"fail"` mode it raises.
-  While a callback runs, every record the library's logger takes in that
-  thread starts with `describe_change`'s sentence and carries the fields
-  `odg_changed_session`, `odg_old_providers` and `odg_new_providers`, so the
-  guard's one WARNING names the providers before and after the change.
+  once per live watch and changed session, in the thread that changed the
+  providers and under its scopes, so the guard fixes its settings at load.
+  Providers are tuples of names, or `None` where they could not be read.
+  While a callback runs, every record the library logs in that thread starts
+  with `describe_change`'s sentence and carries `odg_changed_session`,
+  `odg_old_providers` and `odg_new_providers`.
 * An error raised by `on_change` propagates out of the call that changed the
-  providers (`set_providers`, or `run()` during onnxruntime's fallback). A
-  library error (`DeviceGuardError` and its two subclasses) is raised again
-  as the same type with the change described in front of its message, and
-  chained (`raise ... from`) to the error onnxruntime was handling when it
-  changed the providers (the `EPFail`), or else to the callback's error.
-  Every other live model is still called back first; only the first error
-  propagates, later ones are logged at ERROR.
-* `follower.close()`: stop following everything this follower watches; a
-  session that no follower watches any more gets its `set_providers` back
-  exactly as it was (the instance attribute removed, or the one it had put
-  back). `patch(...).undo()` calls it. A closed follower's `watch` follows
-  nothing, so a load that races with `undo()` leaves no hook behind.
+  providers. A library error is raised again as the same type with the
+  change in front of its message, chained to the error onnxruntime was
+  handling (the `EPFail`), or else to the callback's error. Every other
+  live model is still called back first; later errors are logged at ERROR.
+  A model watched through nested guards is called back innermost first, and
+  no further once one of its callbacks raised.
+* `stop_following(origin)`: forget every watch made with `origin` (a
+  patch); a session left with none gets its `set_providers` back exactly as
+  it was. An origin whose `cancelled` is true is never watched for, so a
+  load that races with a patch's `undo()` leaves no hook behind.
 * `is_followed(session)`: whether a hook is installed on `session`.
 
-Lifetimes and threads:
-
-* One hook per session, however many models and followers watch it.
-* The hook holds models only through weak references, and the session only
-  weakly too where it can, so no reference from a session keeps a model
-  alive. A model that has been garbage-collected is skipped and its entry
-  dropped; a hook left with no entries removes itself.
-* A model that cannot be weakly referenced (a class with `__slots__` and no
-  `__weakref__`) is not followed: holding it strongly would keep it alive as
-  long as its session. One WARNING per such class says so and what to do.
-* A session whose `set_providers` cannot be replaced on the instance (no
-  instance `__dict__`, a `set_providers` that is a property, a proxy that
-  only forwards it) is not followed: one WARNING per such class. A session
-  without `set_providers` has no way to change providers that this module
-  knows of and is skipped with a DEBUG record.
-* Registration, removal and clean-up take one module lock; callbacks run
-  with no lock held, so a callback may watch or close.
-* A pickled or deep-copied session comes back unfollowed, with its own
-  `set_providers`. A shallow `copy.copy` of a followed session shares the
-  hook, whose `set_providers` would change the original: a known limit.
+Limits: a model that cannot be weakly referenced (`__slots__` without
+`__weakref__`), and a session whose `set_providers` cannot be replaced on the
+instance, are not followed (one WARNING per class says so and what to do).
+A pickled or deep-copied session comes back unfollowed. A shallow
+`copy.copy` of a followed session shares the hook: a known limit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Protocol
 
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
-
-logger = logging.getLogger("onnx_device_guard")
+from ._messages import logger
 
 Providers = tuple[str, ...] | None
 """A session's providers in order, or `None` when they could not be read."""
@@ -98,7 +81,21 @@ _NOTHING: Any = object()
 
 _LOCK = threading.RLock()
 """Guards every hook's entries; re-entrant, as a session's attribute lookup or a log
-handler may run code that watches while it is held."""
+handler may run code that watches while it is held. Taken through `_locked`."""
+_HOLDING = threading.local()
+"""How deep this thread is inside `_locked`."""
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    with _LOCK:
+        _HOLDING.depth = getattr(_HOLDING, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            _HOLDING.depth -= 1
+
+
 _WARN_LOCK = threading.Lock()
 """Separate from `_LOCK`, under which warnings are logged."""
 _WARNED_CLASSES: set[tuple[str, type]] = set()
@@ -113,7 +110,7 @@ def describe_change(
     """Say in one sentence which session of which model changed providers, from what to what.
 
     Examples:
-        >>> from onnx_device_guard._following import describe_change
+        >>> from onnx_device_guard._follow import describe_change
         >>> class Model: ...
         >>> describe_change(
         ...     Model(), "session", ("CUDAExecutionProvider", "CPUExecutionProvider"),
@@ -131,22 +128,28 @@ def describe_change(
     return f"{where} changed its providers from {shown(old_providers)} to {shown(new_providers)}."
 
 
-class _Watch:
-    """One model following one session for one follower."""
+class Origin(Protocol):
+    """What made a watch (a patch), so that `stop_following` can forget its watches."""
 
-    __slots__ = ("follower", "model", "on_change", "session_name")
+    cancelled: bool
+
+
+class _Watch:
+    """One model following one session, for one guard (`key`) and `origin`."""
+
+    __slots__ = ("model", "on_change", "origin", "session_name")
 
     def __init__(
         self,
-        follower: Follower,
         model: weakref.ref[Any],
         session_name: str,
         on_change: OnChange,
+        origin: Origin | None,
     ) -> None:
-        self.follower = follower
         self.model = model
         self.session_name = session_name
         self.on_change = on_change
+        self.origin = origin
 
 
 class _ProviderHook:
@@ -160,7 +163,8 @@ class _ProviderHook:
         except TypeError:  # no __weakref__ slot: a cycle, which the collector breaks
             self._session = _StrongRef(session)
         self._saved = saved
-        self._watches: list[_Watch] = []
+        self._watches: dict[tuple[int, Hashable], _Watch] = {}
+        """The models watching, in the order they started, by (id of model, key)."""
         self._installed = False
 
     def __repr__(self) -> str:
@@ -174,7 +178,7 @@ class _ProviderHook:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         session = self._live_session()
         original = _original(session, self._saved)
-        if not self._watches:  # left inert by a close() that could not unhook it
+        if not self._watches:  # left inert by a stop that could not unhook it
             return original(*args, **kwargs)
         handled = sys.exc_info()[1]  # onnxruntime's EPFail, during its fallback
         before = _snapshot(session)
@@ -214,19 +218,30 @@ class _StrongRef:
         return self._value
 
 
-class Follower:
-    """Follows the sessions of the models one guard aligned, until it is closed.
+_HOOKS: weakref.WeakSet[_ProviderHook] = weakref.WeakSet()
+"""Every hook installed, for `stop_following`."""
 
-    See the module's docstring for the contract.
 
-    Args:
-        enabled: `False` makes `watch` follow nothing (the guard's
-            `follow=False`).
+def watch(
+    model: object,
+    sessions: Iterable[tuple[str, object]],
+    on_change: OnChange,
+    *,
+    key: Hashable = None,
+    origin: Origin | None = None,
+) -> int:
+    """Follow `sessions` of `model`, calling `on_change` when one changes providers.
+
+    `key` tells guards apart: watching the same model and session again with
+    an equal `key` adds nothing (a cached model returned twice).
+
+    Returns:
+        How many of `sessions` are followed for this model now.
 
     Examples:
         >>> import torch
         >>> from onnx_device_guard import align_device_with_onnx_session
-        >>> from onnx_device_guard._following import Follower
+        >>> from onnx_device_guard._follow import is_followed, watch
         >>> class Session:
         ...     def __init__(self):
         ...         self.providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -241,115 +256,118 @@ class Follower:
         ...     model.device = align_device_with_onnx_session(
         ...         getattr(model, session_name), model.device, "fallback"
         ...     )
-        >>> follower, model = Follower(), Model()
-        >>> follower.watch(model, [("session", model.session)], realign)
+        >>> model = Model()
+        >>> watch(model, [("session", model.session)], realign)
         1
         >>> model.session.set_providers(["CPUExecutionProvider"])
         >>> model.device
         device(type='cpu')
-        >>> follower.close()
-        >>> "set_providers" in vars(model.session)
+        >>> session = model.session
+        >>> del model  # the last model gone, the session gets its method back
+        >>> is_followed(session)
         False
     """
-
-    __slots__ = ("__weakref__", "_closed", "_enabled", "_hooks")
-
-    def __init__(self, *, enabled: bool = True) -> None:
-        if not isinstance(enabled, bool):
-            raise ModelInputError(
-                f"follow must be True or False; got {type(enabled).__name__} {enabled!r}."
-            )
-        self._enabled = enabled
-        self._closed = False
-        self._hooks: weakref.WeakSet[_ProviderHook] = weakref.WeakSet()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "enabled" if self._enabled else "disabled"
-        return f"<Follower {state}, {len(self._hooks)} session(s)>"
-
-    def __enter__(self) -> Follower:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    @property
-    def enabled(self) -> bool:
-        """Whether `watch` follows anything: not disabled and not closed."""
-        return self._enabled and not self._closed
-
-    def watch(
-        self, model: object, sessions: Iterable[tuple[str, object]], on_change: OnChange
-    ) -> int:
-        """Follow `sessions` of `model`, calling `on_change` when one changes providers.
-
-        Watching the same model and session again through the same follower
-        adds nothing.
-
-        Returns:
-            How many of `sessions` are followed for this model now.
-        """
-        if not self.enabled:
+    try:
+        weakref.ref(model)
+    except TypeError:
+        _warn_once(
+            "model",
+            type(model),
+            "onnx-device-guard cannot follow the sessions of %s objects: the class cannot "
+            "be weakly referenced (it has __slots__ without '__weakref__'), and a strong "
+            "reference from the session would keep every model alive. Their device is "
+            "aligned at load only; a later change of a session's providers (set_providers, "
+            "or onnxruntime's fallback after a GPU provider fails) leaves it as it is. Add "
+            "'__weakref__' to __slots__, or call onnx_device_guard.realign(model) after "
+            "changing providers.",
+        )
+        return 0
+    followed = 0
+    with _locked():
+        _drop_pending()
+        if origin is not None and origin.cancelled:  # undone while this load was running
             return 0
+        for session_name, session in sessions:
+            hook = _hook_of(session)
+            if hook is None:
+                continue
+            entry = (id(model), key)
+            existing = hook._watches.get(entry)
+            if existing is None or existing.model() is not model:  # new, or a dead model's id
+                hook._watches[entry] = _Watch(
+                    weakref.ref(model, _forget(hook, entry)), session_name, on_change, origin
+                )
+            _HOOKS.add(hook)
+            followed += 1
+    return followed
+
+
+def _forget(hook: _ProviderHook, entry: tuple[int, Hashable]) -> Callable[[object], None]:
+    """The weak reference callback that drops `entry` once its model is collected.
+
+    It runs wherever the collector runs, maybe in a thread that holds a
+    logging lock that the holder of `_LOCK` waits for: so it never waits for
+    `_LOCK`. When it cannot take it at once, the entry is dropped by the next
+    `watch`, change or stop instead.
+    """
+    hook_reference = weakref.ref(hook)
+
+    def forget(reference: object) -> None:
+        found = hook_reference()
+        if found is None:
+            return
+        # Never in the middle of this thread's own work under the lock (it may be
+        # iterating over the very dict), and never waiting for another's.
+        if getattr(_HOLDING, "depth", 0) or not _LOCK.acquire(blocking=False):
+            _PENDING.append((found, entry, reference))
+            return
         try:
-            reference = weakref.ref(model)
-        except TypeError:
-            _warn_once(
-                "model",
-                type(model),
-                "onnx-device-guard cannot follow the sessions of %s objects: the class cannot "
-                "be weakly referenced (it has __slots__ without '__weakref__'), and a strong "
-                "reference from the session would keep every model alive. Their device is "
-                "aligned at load only; a later change of a session's providers (set_providers, "
-                "or onnxruntime's fallback after a GPU provider fails) leaves it as it is. Add "
-                "'__weakref__' to __slots__, or call onnx_device_guard.realign(model) after "
-                "changing providers.",
-            )
-            return 0
-        followed = 0
-        with _LOCK:
-            if self._closed:  # closed while this load was running
-                return 0
-            for session_name, session in sessions:
-                hook = _hook_of(session)
-                if hook is None:
-                    continue
-                # One pass drops the entries of collected models and closed
-                # followers, and finds whether this model is watched already.
-                live: list[_Watch] = []
-                watched = False
-                for watch in hook._watches:
-                    other = watch.model()
-                    if other is None or watch.follower._closed:
-                        continue
-                    live.append(watch)
-                    watched = watched or (other is model and watch.follower is self)
-                if not watched:
-                    live.append(_Watch(self, reference, session_name, on_change))
-                hook._watches = live
-                self._hooks.add(hook)
-                followed += 1
-        return followed
+            _drop(found, entry, reference)
+        finally:
+            _LOCK.release()
 
-    def close(self) -> None:
-        """Stop following; give sessions nobody else follows their `set_providers` back.
+    return forget
 
-        Idempotent. A callback already running in another thread finishes.
-        """
-        with _LOCK:
-            self._closed = True
-            for hook in list(self._hooks):
-                hook._watches = [watch for watch in hook._watches if watch.follower is not self]
-                if not hook._watches:
-                    _unhook(hook)
-            self._hooks = weakref.WeakSet()
+
+_PENDING: list[tuple[_ProviderHook, tuple[int, Hashable], object]] = []
+"""Entries of collected models that `forget` could not drop at once."""
+
+
+def _drop(hook: _ProviderHook, entry: tuple[int, Hashable], reference: object) -> None:
+    """Drop `entry` if it still holds `reference`; unhook a session left unwatched."""
+    watched = hook._watches.get(entry)
+    if watched is not None and watched.model is reference:
+        del hook._watches[entry]
+        if not hook._watches:  # the last model gone: give the session its method back
+            _unhook(hook)
+
+
+def _drop_pending() -> None:
+    """Drop the entries left by `forget`. Called with `_LOCK` held."""
+    while _PENDING:
+        _drop(*_PENDING.pop())
+
+
+def stop_following(origin: Origin) -> None:
+    """Forget every watch made with `origin`; give sessions nobody follows any more back."""
+    with _locked():
+        _drop_pending()
+        for hook in list(_HOOKS):
+            hook._watches = {
+                entry: watched
+                for entry, watched in hook._watches.items()
+                if watched.origin is not origin
+            }
+            if not hook._watches:
+                _unhook(hook)
+                _HOOKS.discard(hook)
 
 
 def is_followed(session: object) -> bool:
     """Whether `session`'s `set_providers` is currently hooked by this module.
 
     Examples:
-        >>> from onnx_device_guard._following import is_followed
+        >>> from onnx_device_guard._follow import is_followed
         >>> is_followed(object())
         False
     """
@@ -454,16 +472,6 @@ def _put_back(session: object, hook: _ProviderHook) -> None:
         logger.debug("Could not give %r its set_providers back: %r", session, error)
 
 
-def _prune(hook: _ProviderHook) -> None:
-    """Drop the entries of collected models and closed followers. Called with `_LOCK` held."""
-    if any(watch.model() is None or watch.follower._closed for watch in hook._watches):
-        hook._watches = [
-            watch
-            for watch in hook._watches
-            if watch.model() is not None and not watch.follower._closed
-        ]
-
-
 def _dispatch(
     hook: _ProviderHook,
     old_providers: Providers,
@@ -477,29 +485,28 @@ def _dispatch(
     no further once one of its callbacks raised, as at load, where the inner
     guard's error stops the outer one.
     """
-    with _LOCK:
-        _prune(hook)
-        watches = list(hook._watches)
-        if not watches:
-            _unhook(hook)
+    with _locked():
+        _drop_pending()
+        watches = list(hook._watches.values())
     errors: list[Exception] = []
     failed: list[object] = []  # models whose callback raised, compared by identity
-    for watch in watches:
-        model = watch.model()
-        if model is None or watch.follower._closed or any(other is model for other in failed):
+    for watched in watches:
+        model = watched.model()
+        cancelled = watched.origin is not None and watched.origin.cancelled
+        if model is None or cancelled or any(other is model for other in failed):
             continue
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "%s Aligning the model again.",
-                describe_change(model, watch.session_name, old_providers, new_providers),
+                describe_change(model, watched.session_name, old_providers, new_providers),
             )
-        token = _CHANGE.set((model, watch.session_name, old_providers, new_providers))
+        token = _CHANGE.set((model, watched.session_name, old_providers, new_providers))
         try:
-            watch.on_change(model, watch.session_name, old_providers, new_providers)
+            watched.on_change(model, watched.session_name, old_providers, new_providers)
         except Exception as error:
             failed.append(model)
             errors.append(
-                _explained(error, model, watch.session_name, old_providers, new_providers)
+                _explained(error, model, watched.session_name, old_providers, new_providers)
             )
         finally:
             _CHANGE.reset(token)

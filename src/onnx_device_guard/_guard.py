@@ -1,20 +1,39 @@
-"""`device_guard`: align the device of every model a factory returns."""
+"""`device_guard`: align the device of every model a factory returns.
+
+A guarded function is a plain closure made with `functools.wraps`, not a
+proxy object: Python's own protocols then do the rest. `pickle` sends it by
+reference, finding it under its module and qualified name and checking that
+the name holds this very wrapper (so nothing can arrive without its guard);
+cloudpickle (Ray, Dask, joblib) sends one it cannot find by name (`__main__`,
+local, lambda) by value, closure and options included. A method binds like
+any function, and `@classmethod` or `@staticmethod` under the guard is
+handled by guarding the function inside and wrapping it again, so both
+stacking orders behave alike on every Python. The closure holds only the
+guard's options, which are plain configuration; what a model follows at run
+time lives beside its sessions (`_follow`), so a factory that was used still
+pickles. wrapt's proxies are kept for what they do best: patching another
+package's code in place (`_patch`).
+"""
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from ._classes import guard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
-from ._following import Follower
 from ._messages import short_repr
-from ._model_alignment import AlignOptions, DeviceSource, SessionAttr, align_model
-from ._pickling import WrapperByReference
-from ._policy import DeviceMismatchResolutionMode
+from ._model_alignment import align_model
+from ._options import (
+    DeviceMismatchResolutionMode,
+    DeviceSource,
+    GuardOptions,
+    SessionAttr,
+    guard_options,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,6 +69,7 @@ def device_guard(
     *,
     resolution_mode: DeviceMismatchResolutionMode | None = None,
     fallback_device: DeviceLike | None = None,
+    warn: bool | None = None,
     session_attr: SessionAttr | None = None,
     device_attr: str | None = None,
     device: DeviceSource | None = None,
@@ -64,6 +84,7 @@ def device_guard(
     *,
     resolution_mode: DeviceMismatchResolutionMode | None = None,
     fallback_device: DeviceLike | None = None,
+    warn: bool | None = None,
     session_attr: SessionAttr | None = None,
     device_attr: str | None = None,
     device: DeviceSource | None = None,
@@ -104,6 +125,8 @@ def device_guard(
             policy in force when the factory is called.
         fallback_device: Where to go when a session runs no GPU-capable
             provider; `None` takes the policy in force at call time.
+        warn: `False` silences fallbacks (no warning, a DEBUG record);
+            `None` takes the policy in force at call time.
         session_attr: Where the model keeps its session: an attribute name or
             a dotted path (`"detector.infer.session"`); a tuple of them, which
             must all exist and all accept the device (a model with several
@@ -194,89 +217,47 @@ def device_guard(
         Traceback (most recent call last):
         onnx_device_guard.EnvironmentConfigurationError: The model asks for device 'cuda', ...
     """
-    guard: _GuardOptions = _GuardOptions.build(
-        resolution_mode,
-        fallback_device,
-        session_attr,
-        device_attr,
+    options = guard_options(
+        resolution_mode=resolution_mode,
+        fallback_device=fallback_device,
+        warn=warn,
+        session_attr=session_attr,
+        device_attr=device_attr,
         device=device,
         require_session=require_session,
         follow=follow,
     )
     if wrapped is None:
-        return guard.decorate
-    return guard.decorate(wrapped)
+        return functools.partial(guarded, options=options)
+    return guarded(wrapped, options=options)
 
 
-@dataclass(frozen=True)
-class _GuardOptions(AlignOptions):
-    """The options of one `device_guard`, validated when the decorator is applied.
+def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
+    """Return `wrapped` (a factory, a method descriptor or a class) guarded with `options`."""
+    if isinstance(wrapped, classmethod | staticmethod):
+        return type(wrapped)(guarded(wrapped.__func__, options=options))
+    if isinstance(wrapped, type):
+        return guard_class(wrapped, options)
+    if not callable(wrapped):
+        raise ModelInputError(
+            "device_guard decorates a factory function or method; "
+            f"got {type(wrapped).__name__} {short_repr(wrapped)}."
+        )
+    factory: Callable[..., Any] = wrapped
+    if inspect.iscoroutinefunction(factory):
 
-    Each application of the guard has its own `follower`, through which the
-    models it returns follow their sessions' provider changes; a patch's
-    `undo()` closes it.
-    """
+        @functools.wraps(factory)
+        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+            model = await factory(*args, **kwargs)
+            align_model(model, options, factory, args, kwargs)
+            return model
 
-    follower: Follower = field(init=False, compare=False, repr=False)
+        return guarded_async
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "follower", Follower(enabled=self.follow))
+    @functools.wraps(factory)
+    def guarded_factory(*args: Any, **kwargs: Any) -> Any:
+        model = factory(*args, **kwargs)
+        align_model(model, options, factory, args, kwargs)
+        return model
 
-    def decorate(self, wrapped: Any) -> Any:
-        if not (callable(wrapped) or isinstance(wrapped, classmethod | staticmethod)):
-            raise ModelInputError(
-                "device_guard decorates a factory function or method; "
-                f"got {type(wrapped).__name__} {short_repr(wrapped)}."
-            )
-        if isinstance(wrapped, type):
-            return guard_class(wrapped, self)
-        return _GuardedFactory(wrapped, self)
-
-    def align(
-        self,
-        model: object,
-        factory: object,
-        args: tuple[Any, ...] = (),
-        kwargs: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Align `model`, returned by `factory` called with `args` and `kwargs`.
-
-        The arguments are only read for a model without a device attribute
-        (bound through `inspect.signature(factory)`; for a class, its
-        constructor's).
-        """
-        align_model(model, self, factory, args, kwargs, self.follower)
-
-
-def _is_coroutine_factory(wrapped: object) -> bool:
-    function = wrapped.__func__ if isinstance(wrapped, classmethod | staticmethod) else wrapped
-    return inspect.iscoroutinefunction(function)
-
-
-class _GuardedFactory(WrapperByReference):
-    """A factory wrapped by `device_guard`; pickles by reference."""
-
-    pickled_as = "guarded factory"
-
-    def __init__(self, wrapped: Any, options: _GuardOptions) -> None:
-        align = options.align
-        if _is_coroutine_factory(wrapped):
-
-            async def guard(
-                wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
-            ) -> Any:
-                model = await wrapped(*args, **kwargs)
-                align(model, wrapped, args, kwargs)
-                return model
-
-        else:
-
-            def guard(  # type: ignore[misc]
-                wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
-            ) -> Any:
-                model = wrapped(*args, **kwargs)
-                align(model, wrapped, args, kwargs)
-                return model
-
-        # The instance is never passed on: wrapt has already bound `wrapped`.
-        super().__init__(wrapped, guard)
+    return guarded_factory

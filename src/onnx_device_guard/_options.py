@@ -1,0 +1,221 @@
+"""The library's options, each kind one immutable value, checked in one place.
+
+* `Settings`: the resolution mode, fallback device and `warn` that a call, a
+  scope or the environment sets; `None` means "inherit from the enclosing
+  layer". `device_policy`, `aligned_device`, the guard and the core share it.
+* `GuardOptions`: what `device_guard`, `patch` and `realign` are told about a
+  model (where its sessions and device live, what the call asked for), plus its
+  `Settings`. Built by `guard_options`, and only there.
+
+Both are plain configuration: they pickle, they compare by value, and they
+never hold run-time state (the sessions a model follows live beside the
+sessions, in `_follow`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, get_args
+
+import torch
+
+from ._devices import DeviceLike, as_device
+from ._errors import ModelInputError
+from ._messages import short_repr
+
+DeviceMismatchResolutionMode = Literal["fail", "fallback"]
+"""How a device the session cannot read is resolved.
+
+* `"fallback"`: report the mismatch (a `DeviceFallbackWarning` and a log
+  record) and return a device the session can read (the fallback device, CPU
+  unless configured otherwise).
+* `"fail"`: raise
+  [`EnvironmentConfigurationError`][onnx_device_guard.EnvironmentConfigurationError].
+
+Examples:
+    >>> import typing
+    >>> from onnx_device_guard import DeviceMismatchResolutionMode
+    >>> typing.get_args(DeviceMismatchResolutionMode)
+    ('fail', 'fallback')
+"""
+
+SessionAttr = str | tuple[str, ...] | Callable[[Any], object | Iterable[object]]
+"""What `session_attr` takes: a name or dotted path, a tuple of them, or a callable."""
+
+DeviceSource = DeviceLike | Callable[[dict[str, Any]], DeviceLike]
+"""What `device` takes: a device, or a callable of the call's arguments returning one."""
+
+SessionSource = tuple[str, ...] | Callable[[Any], object] | None
+"""`session_attr` once checked: attribute paths, a callable, or `None` (the defaults)."""
+
+DeviceOption = torch.device | Callable[[dict[str, Any]], object] | None
+"""`device` once checked: a fixed device, a callable, or `None`."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolution mode, fallback device and warnings; a `None` field inherits.
+
+    Layers, innermost first: a call's own arguments, the `device_policy`
+    scopes in force, the `ONNX_DEVICE_GUARD_*` environment variables, the
+    built-in defaults.
+    """
+
+    resolution_mode: DeviceMismatchResolutionMode | None = None
+    fallback_device: torch.device | None = None
+    warn: bool | None = None
+
+    def over(self, outer: Settings) -> Settings:
+        """These settings, with the fields left at `None` taken from `outer`."""
+        return Settings(
+            outer.resolution_mode if self.resolution_mode is None else self.resolution_mode,
+            outer.fallback_device if self.fallback_device is None else self.fallback_device,
+            outer.warn if self.warn is None else self.warn,
+        )
+
+
+def settings(
+    resolution_mode: object = None, fallback_device: object = None, warn: object = None
+) -> Settings:
+    """Check the three settings a user passed and return them as `Settings`.
+
+    Raises:
+        ModelInputError: A value is not one the setting can take.
+    """
+    return Settings(
+        None if resolution_mode is None else check_mode(resolution_mode),
+        None if fallback_device is None else as_device(fallback_device, "fallback_device"),
+        None if warn is None else check_flag("warn", warn),
+    )
+
+
+@dataclass(frozen=True)
+class GuardOptions:
+    """How `device_guard`, `patch` and `realign` find, check and write a model's device."""
+
+    settings: Settings = field(default_factory=Settings)
+    session_attr: SessionSource = None
+    device_attr: str | None = None
+    device: DeviceOption = None
+    require_session: bool = True
+    follow: bool = True
+
+    def __str__(self) -> str:
+        """The options that differ from the defaults, as keyword arguments."""
+        given = [
+            f"{item.name}={getattr(self.settings, item.name)!r}"
+            for item in fields(Settings)
+            if getattr(self.settings, item.name) is not None
+        ]
+        defaults = GuardOptions()
+        given += [
+            f"{item.name}={getattr(self, item.name)!r}"
+            for item in fields(self)
+            if item.name != "settings" and getattr(self, item.name) != getattr(defaults, item.name)
+        ]
+        return ", ".join(given) if given else "no options"
+
+
+def guard_options(
+    *,
+    resolution_mode: object = None,
+    fallback_device: object = None,
+    warn: object = None,
+    session_attr: object = None,
+    device_attr: object = None,
+    device: object = None,
+    require_session: object = True,
+    follow: object = True,
+) -> GuardOptions:
+    """Check every option of the guard and return them as one `GuardOptions`.
+
+    Raises:
+        ModelInputError: An option cannot be used; the message names it.
+    """
+    if device_attr is not None and device is not None:
+        raise ModelInputError(
+            f"Pass device_attr={device_attr!r} or device={short_repr(device)}, not both: "
+            "device_attr names the model's own device attribute, which the guard reads "
+            "and writes; device= is for models that have none."
+        )
+    return GuardOptions(
+        settings=settings(resolution_mode, fallback_device, warn),
+        session_attr=_session_source(session_attr),
+        device_attr=None if device_attr is None else _device_attr(device_attr),
+        device=_device_option(device),
+        require_session=check_flag("require_session", require_session),
+        follow=check_flag("follow", follow),
+    )
+
+
+_MODES: tuple[str, ...] = get_args(DeviceMismatchResolutionMode)
+
+
+def check_mode(value: object) -> DeviceMismatchResolutionMode:
+    """Return `value` if it is a resolution mode, else raise `ModelInputError`."""
+    if isinstance(value, str) and value == "fail":
+        return "fail"
+    if isinstance(value, str) and value == "fallback":
+        return "fallback"
+    choices = ", ".join(repr(mode) for mode in _MODES)
+    raise ModelInputError(f"resolution_mode must be one of {choices}; got {short_repr(value)}.")
+
+
+def check_flag(name: str, value: object) -> bool:
+    """Return `value` as a bool if it is one, else raise `ModelInputError`.
+
+    numpy's boolean scalars (`numpy.True_`, what `array.any()` returns) count
+    as bools: they hold nothing but True or False. Anything else, `1` and
+    `"yes"` included, is refused rather than guessed at.
+    """
+    if isinstance(value, bool):
+        return value
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
+        return bool(value)
+    module = kind.__module__
+    label = kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+    raise ModelInputError(f"{name} must be True or False; got {label} {short_repr(value)}.")
+
+
+def _session_source(value: object) -> SessionSource:
+    if value is None:
+        return None
+    if callable(value) and not isinstance(value, str | type):
+        return value
+    paths = (value,) if isinstance(value, str) else value
+    if (
+        isinstance(paths, tuple | list)
+        and paths
+        and all(
+            isinstance(path, str) and all(part.isidentifier() for part in path.split("."))
+            for path in paths
+        )
+    ):
+        return tuple(paths)
+    raise ModelInputError(
+        "session_attr must be an attribute name or a dotted path ('detector.infer.session'), "
+        "a tuple of them, or a callable that takes the model and returns its session or "
+        f"sessions; got {type(value).__name__} {short_repr(value)}."
+    )
+
+
+def _device_attr(value: object) -> str:
+    if isinstance(value, str) and value.isidentifier():
+        return value
+    raise ModelInputError(f"device_attr must be one attribute name; got {short_repr(value)}.")
+
+
+def _device_option(value: object) -> DeviceOption:
+    if value is None:
+        return None
+    if isinstance(value, torch.device | str):
+        return as_device(value, "device")
+    if callable(value) and not isinstance(value, type):
+        return value
+    raise ModelInputError(
+        "device must be a torch.device, a string such as 'cuda', or a callable that takes "
+        "the factory call's arguments as a dict and returns one; "
+        f"got {type(value).__name__} {short_repr(value)}."
+    )
