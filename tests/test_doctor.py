@@ -22,6 +22,7 @@ from onnx_device_guard import ModelInputError
 from onnx_device_guard._doctor import (
     CUDA_REQUIREMENTS_URL,
     EXIT_PRECEDENCE,
+    Environment,
     Facts,
     Finding,
     InferenceCheck,
@@ -35,7 +36,7 @@ from onnx_device_guard._doctor import (
     worst,
 )
 from onnx_device_guard._doctor.capture import Captured, captured_output, clean_messages
-from onnx_device_guard._doctor.files import check_model_file
+from onnx_device_guard._doctor.files import read_model_file
 from onnx_device_guard._doctor.probe import (
     TINY_MODEL,
     align,
@@ -89,8 +90,7 @@ def fake_facts(
     """The facts of a made-up machine, the device aligned with ``session`` by the real core."""
     requested_device = torch.device(device)
     aligned, mismatch = align(session, requested_device)
-    return Facts(
-        model="model.onnx",
+    machine = Environment(
         onnx_device_guard_version="0.1.0",
         python="3.11.7 on Linux x86_64",
         torch_version="2.4.0+cu124" if torch_gpu_build else "2.4.0+cpu",
@@ -99,6 +99,11 @@ def fake_facts(
         onnxruntime_version="1.20.0",
         installed_distributions=tuple(distributions),
         available_providers=tuple(available),
+        torch_messages=tuple(torch_messages),
+    )
+    return Facts(
+        model="model.onnx",
+        environment=machine,
         requested_providers=tuple(available if requested is None else requested),
         session_providers=tuple(session.get_providers()),
         session_provider_options={
@@ -111,7 +116,6 @@ def fake_facts(
         inference=inference,
         onnxruntime_messages=tuple(messages),
         session_retry=retry,
-        torch_messages=tuple(torch_messages),
     )
 
 
@@ -661,19 +665,19 @@ class TestModelFile:
     def test_missing(self, tmp_path: Path) -> None:
         """A path that does not exist is named as such."""
         with pytest.raises(ModelInputError, match="does not exist"):
-            check_model_file(tmp_path / "missing.onnx")
+            read_model_file(tmp_path / "missing.onnx")
 
     def test_directory(self, tmp_path: Path) -> None:
         """A directory is not a model file."""
         with pytest.raises(ModelInputError, match="is a directory"):
-            check_model_file(tmp_path)
+            read_model_file(tmp_path)
 
     def test_empty(self, tmp_path: Path) -> None:
         """An empty file is not a model."""
         (tmp_path / "empty.onnx").touch()
 
         with pytest.raises(ModelInputError, match="is empty"):
-            check_model_file(tmp_path / "empty.onnx")
+            read_model_file(tmp_path / "empty.onnx")
 
     def test_unreadable(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """A file that cannot be opened says why (as root, chmod cannot make one)."""
@@ -683,12 +687,12 @@ class TestModelFile:
         def refuse(*args: Any, **kwargs: Any) -> Any:
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr(Path, "open", refuse)
+        monkeypatch.setattr(os, "open", refuse)
 
         with pytest.raises(
             ModelInputError, match=r"cannot read '.*locked\.onnx': permission denied"
         ):
-            check_model_file(model)
+            read_model_file(model)
 
 
 class TestCapturedOutput:
@@ -743,7 +747,7 @@ class TestCreateSession:
     ) -> None:
         """CUDA requested of the CPU build: the session runs CPU, onnxruntime's warning is kept."""
         session, said = create_session(
-            onnxruntime, tiny_model_path, "tiny.onnx", [(CUDA, {}), (CPU, {})]
+            onnxruntime, read_model_file(tiny_model_path), "tiny.onnx", [(CUDA, {}), (CPU, {})]
         )
 
         assert session.get_providers() == [CPU]
@@ -757,7 +761,10 @@ class TestCreateSession:
     def test_retry_is_recorded(self, tiny_model_path: Path) -> None:
         """A provider this build cannot create makes onnxruntime retry; the error is kept."""
         session, said = create_session(
-            onnxruntime, tiny_model_path, "tiny.onnx", [("ROCMExecutionProvider", {}), (CPU, {})]
+            onnxruntime,
+            read_model_file(tiny_model_path),
+            "tiny.onnx",
+            [("ROCMExecutionProvider", {}), (CPU, {})],
         )
         retry = said.retry()
 
@@ -772,7 +779,7 @@ class TestCreateSession:
         model.write_text("these are not weights\n")
 
         with pytest.raises(ModelInputError, match="is not an ONNX model"):
-            create_session(onnxruntime, model, str(model), [(CPU, {})])
+            create_session(onnxruntime, read_model_file(model), str(model), [(CPU, {})])
 
 
 class InputArg:

@@ -197,15 +197,16 @@ class TestInputOption:
     def test_a_name_no_model_has_is_bad_input(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """A misspelt --input name is not ignored silently: exit 2 listing the real inputs."""
+        """A misspelt --input: exit 2 before anything runs, one line naming the real inputs."""
         model = str(doctor_models.positive_scalar(tmp_path / "m.onnx"))
 
         assert main(["doctor", model, "--input", "count=:3"]) == 2
         captured = capsys.readouterr()
-        assert "--input 'count' matches no input of the models checked (they have n, x)" in (
-            captured.err
+        assert captured.out == ""
+        assert captured.err == (
+            "onnx-device-guard doctor: error: --input 'count' matches no input of the model; "
+            "it has n, x\n"
         )
-        assert "OK: " in captured.out
 
 
 class TestDimOption:
@@ -233,7 +234,12 @@ class TestDimOption:
         model = str(doctor_models.seven_samples(tmp_path / "m.onnx"))
 
         assert main(["doctor", model, "--dim", "width=7"]) == 2
-        assert "--dim 'width' matches no named dimension" in capsys.readouterr().err
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.count("\n") == 1
+        assert "--dim 'width' matches no named dimension of the model; it has length" in (
+            captured.err
+        )
 
 
 class TestNoInference:
