@@ -459,7 +459,12 @@ def _inference_findings(facts: Facts) -> list[Finding]:
             )
         ]
     if check.status == "inconclusive":
-        if check.suggestion[:1] == ("--max-input-mib",):
+        if check.suggestion[:1] == ("--timeout",):
+            fix = (
+                f"Allow it more time with `{' '.join(check.suggestion)}`, give smaller inputs "
+                "with --input or --dim, or check the device alone with `--no-inference`."
+            )
+        elif check.suggestion[:1] == ("--max-input-mib",):
             fix = (
                 f"Allow the inputs with `{' '.join(check.suggestion)}`, give smaller ones "
                 "with --input or --dim, or check the device alone with `--no-inference`."

@@ -168,27 +168,36 @@ def expand(paths: Sequence[Path]) -> list[Path | ModelError]:
 
 
 def _walk(top: Path) -> Iterator[Path | ModelError]:
-    """The model files under `top`, depth first and sorted, without recursion.
+    """The model files under `top`, depth first and sorted by name, without recursion.
 
-    A stack of folders still to list replaces recursion, so a tree of any
-    depth is walked; symbolic links to folders are not followed (no loops).
+    A stack of listings still being read replaces recursion, so a tree of
+    any depth is walked; symbolic links to folders are not followed (no loops).
     """
-    pending: list[Path] = [top]
-    while pending:
-        folder = pending.pop()
-        try:
-            with os.scandir(folder) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
-        except OSError as error:
-            yield ModelError(display_path(folder), file_problem(folder, error))
-            continue
-        subfolders = []
-        for entry in entries:
-            if _is_folder(entry):
-                subfolders.append(Path(entry.path))
-            elif entry.name.lower().endswith(MODEL_SUFFIX):
-                yield Path(entry.path)
-        pending.extend(reversed(subfolders))
+    first = _listing(top)
+    if isinstance(first, ModelError):
+        yield first
+        return
+    stack = [iter(first)]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+        elif _is_folder(entry):
+            listing = _listing(Path(entry.path))
+            if isinstance(listing, ModelError):
+                yield listing
+            else:
+                stack.append(iter(listing))
+        elif entry.name.lower().endswith(MODEL_SUFFIX):
+            yield Path(entry.path)
+
+
+def _listing(folder: Path) -> list[os.DirEntry[str]] | ModelError:
+    try:
+        with os.scandir(folder) as listing:
+            return sorted(listing, key=lambda entry: entry.name)
+    except OSError as error:
+        return ModelError(display_path(folder), file_problem(folder, error))
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:

@@ -476,7 +476,8 @@ def session_error(label: str, error: BaseException, model: ModelBytes | None = N
         or "No graph was found" in text
     ):
         return f"'{label}' is not an ONNX model: onnxruntime cannot parse it ({reason})"
-    if model is not None and model.folder is None and "model_path must not be empty" in text:
+    external = "external data" in text.lower() or "model_path must not be empty" in text
+    if model is not None and model.folder is None and external:
         return (
             f"the external data of '{label}' cannot be found: the name of its folder is not "
             "valid UTF-8, which onnxruntime cannot take; move or rename it"
