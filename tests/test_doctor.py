@@ -660,6 +660,20 @@ class TestImportOnnxruntime:
         with pytest.raises(ModelInputError, match="pip install --force-reinstall onnxruntime"):
             import_onnxruntime()
 
+    def test_an_import_that_raises_something_else(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A broken onnxruntime raising RuntimeError on import: ModelInputError, so exit 2."""
+        package = tmp_path / "onnxruntime"
+        package.mkdir()
+        (package / "__init__.py").write_text("raise RuntimeError('DLL initialisation failed')\n")
+        for name in [name for name in sys.modules if name.split(".")[0] == "onnxruntime"]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.syspath_prepend(str(tmp_path))
+
+        with pytest.raises(ModelInputError, match="importing it raised RuntimeError: DLL"):
+            import_onnxruntime()
+
 
 class TestModelFile:
     def test_missing(self, tmp_path: Path) -> None:

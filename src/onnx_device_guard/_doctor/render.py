@@ -245,6 +245,7 @@ def _rows(rows: Sequence[tuple[str, str]]) -> list[str]:
 
 
 def _cut(value: str) -> str:
+    value = value.replace("\n", "\\x0a")  # a fact is one row, whatever a name holds
     if len(value) <= ROW_LIMIT:
         return value
     return f"{value[:ROW_LIMIT]}... ({len(value) - ROW_LIMIT:,} more characters)"

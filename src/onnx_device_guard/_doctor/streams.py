@@ -63,7 +63,7 @@ def silence_stdout() -> None:
 
 
 def say_error(line: str) -> None:
-    """Write one line to stderr, control characters escaped; when stderr is closed, nothing.
+    """Write one line to stderr, control characters (newlines too) escaped; if closed, nothing.
 
     Nothing goes to stdout instead.
     """
@@ -71,7 +71,7 @@ def say_error(line: str) -> None:
     if stream is None:
         return
     with contextlib.suppress(OSError, ValueError):
-        stream.write(printable(line) + "\n")
+        stream.write(printable(line).replace("\n", "\\x0a") + "\n")
         stream.flush()
 
 
