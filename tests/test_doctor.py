@@ -27,6 +27,7 @@ from onnx_device_guard._doctor import (
     Finding,
     InferenceCheck,
     InstalledDistribution,
+    ModelError,
     diagnose,
     exit_code,
     headline,
@@ -47,10 +48,12 @@ from onnx_device_guard._doctor.probe import (
     run_inference,
     suggest_provider,
 )
+from onnx_device_guard._doctor.render import render_json_error
 from onnx_device_guard._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
 
 from .sessions import FakeSession, cpu_session, cuda_session
 
+ROOT = Path(__file__).resolve().parents[1]
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 TRT = "TensorrtExecutionProvider"
@@ -551,6 +554,27 @@ class TestJsonReport:
         assert report["diagnosis"] == [str(finding) for finding in diagnose(facts)]
         assert report["verdict"] == "fallback"
         assert report["exit_code"] == 0
+
+    def test_every_key_is_documented(self) -> None:
+        """docs/doctor.md's JSON table lists every key of both kinds of object."""
+        facts = fake_facts(cpu_session())
+        keys = set(render_json(facts, diagnose(facts), strict=False))
+        keys |= set(render_json_error(ModelError("m.onnx", "why")))
+        page = (ROOT / "docs" / "doctor.md").read_text()
+        json_section = page[page.index("## JSON output") : page.index("## Exit codes")]
+
+        documented = set(re.findall(r"^\| `(\w+)` \|", json_section, re.MULTILINE))
+        documented |= set(re.findall(r"`(\w+)`", json_section.split("verdict `error` has")[-1]))
+        assert keys <= documented, keys - documented
+
+    def test_the_verdict_error_is_listed_in_the_docs_and_the_readme(self) -> None:
+        """Both name the verdict `error` beside the four others."""
+        readme = (ROOT / "README.md").read_text()
+        doctor_section = readme[readme.index("## The doctor") :]
+        doctor_section = doctor_section[: doctor_section.index("\n## ", 1)]
+
+        assert "`error`" in doctor_section
+        assert "| `error` |" in (ROOT / "docs" / "doctor.md").read_text()
 
 
 class TestProviderNames:

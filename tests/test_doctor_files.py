@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -59,21 +60,38 @@ def unnest(depth: int) -> None:
         os.chdir(here)
 
 
-@pytest.fixture
-def deep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """1,100 folders ``d`` one inside the other, under the working directory `tmp_path`."""
-    monkeypatch.chdir(tmp_path)
-    nest(1100)
-    yield Path("d")
-    unnest(1100)
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory: pytest.TempPathFactory, tiny_model_bytes: bytes) -> Iterator[Path]:
+    """A folder holding 1,100 folders ``d`` one inside the other, a model at the bottom."""
+    top = tmp_path_factory.mktemp("deep")
+    here = os.getcwd()
+    os.chdir(top)
+    try:
+        nest(1100)
+        with open(os.path.join(*["d"] * 1100, "deep.onnx"), "wb") as model:
+            model.write(tiny_model_bytes)
+    finally:
+        os.chdir(here)
+    yield top
+    os.chdir(top)
+    try:
+        unnest(1100)
+    finally:
+        os.chdir(here)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_bytes() -> bytes:
+    """The packaged tiny model's content."""
+    return (resources.files("onnx_device_guard") / "data" / "tiny.onnx").read_bytes()
 
 
 class TestFolders:
-    def test_a_folder_too_deep_to_recurse_into(self, deep: Path, tiny_model_path: Path) -> None:
+    def test_a_folder_too_deep_to_recurse_into(
+        self, deep: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """1,100 nested folders: the model at the bottom is found, no RecursionError."""
-        bottom = os.path.join(*["d"] * 1100)
-        with open(os.path.join(bottom, "deep.onnx"), "wb") as model:
-            model.write(tiny_model_path.read_bytes())
+        monkeypatch.chdir(deep)
 
         found = expand([Path("d")])
 
@@ -81,12 +99,16 @@ class TestFolders:
         assert str(found[0]).endswith("/d/deep.onnx")
 
     def test_a_deep_folder_on_the_command_line(
-        self, deep: Path, capsys: pytest.CaptureFixture[str]
+        self, deep: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """doctor d with 1,100 levels and no model: exit 2 as bad input, not 1 (--strict's)."""
+        """doctor d with 1,100 levels: the model is checked, no traceback and no exit 1."""
+        monkeypatch.chdir(deep)
 
-        assert main(["doctor", "d"]) == 2
-        one_line(capsys.readouterr().err, "'d' is a directory with no .onnx file in it")
+        code = main(["doctor", "d", "--device", "cpu", "--json"])
+        captured = capsys.readouterr()
+
+        assert (code, captured.err) == (0, "")
+        assert [entry["verdict"] for entry in json.loads(captured.out)] == ["ok"]
 
     def test_sorted_depth_first(self, tmp_path: Path) -> None:
         """Files and folders come in name order, each folder's models before the next name."""
