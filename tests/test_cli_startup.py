@@ -26,10 +26,20 @@ print(sorted(name for name in {heavy!r} if name in sys.modules), file=sys.stderr
 """
 
 
-def imported_by_help_and_version() -> list[str]:
+# The same with a bare parent package, as a lazy `onnx_device_guard/__init__.py` gives:
+# what _cli and the doctor's light modules import themselves.
+BARE_PARENT = """\
+import sys, types
+package = types.ModuleType("onnx_device_guard")
+package.__path__ = [{folder!r}]
+sys.modules["onnx_device_guard"] = package
+"""
+
+
+def imported_by_help_and_version(prelude: str = "") -> list[str]:
     """The heavy modules a fresh Python has imported after answering --help and --version."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=HEAVY)],
+        [sys.executable, "-c", prelude + PROBE.format(heavy=HEAVY)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -62,6 +72,12 @@ class TestStartup:
             "typing",
             "._doctor.streams",
         }
+
+    def test_with_a_bare_parent_package_nothing_heavy_is_imported(self) -> None:
+        """Below the package's __init__, --help and --version load neither torch nor onnxruntime."""
+        folder = str(Path(onnx_device_guard._cli.__file__).parent)
+
+        assert imported_by_help_and_version(BARE_PARENT.format(folder=folder)) == []
 
     @pytest.mark.xfail(strict=True, reason="needs the lazy package __init__ from main (PEP 562)")
     def test_help_and_version_import_neither_torch_nor_onnxruntime(self) -> None:

@@ -216,7 +216,7 @@ class TestInputOption:
         assert captured.out == ""
         assert captured.err == (
             "onnx-device-guard doctor: error: --input 'count' matches no input of the model; "
-            "it has n, x\n"
+            "it has x, n\n"
         )
 
 

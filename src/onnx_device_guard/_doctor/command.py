@@ -113,8 +113,8 @@ def check_names(plan: Plan) -> None:
     The models' declared inputs are read before anything runs; a model that
     cannot be read is left to its own check, which says why.
     """
-    inputs: set[str] = set()
-    dims: set[str] = set()
+    inputs: dict[str, None] = {}  # in declaration order, each once
+    dims: dict[str, None] = {}
     read_any = False
     for target in plan.targets:
         if isinstance(target, ModelError):
@@ -126,8 +126,8 @@ def check_names(plan: Plan) -> None:
         read_any = True
         label = TINY_MODEL if target is None else display_path(target)
         check_overrides(declared, plan.check.options.overrides, label)
-        inputs.update(model_input.name for model_input in declared)
-        dims.update(dim for item in declared for dim in item.dims if isinstance(dim, str))
+        inputs.update(dict.fromkeys(model_input.name for model_input in declared))
+        dims.update(dict.fromkeys(d for item in declared for d in item.dims if isinstance(d, str)))
     if not read_any:
         return
     whose = "of the models; they have" if plan.many else "of the model; it has"
@@ -138,7 +138,7 @@ def check_names(plan: Plan) -> None:
     ):
         for name in given:
             if name not in known:
-                has = listed(sorted(known)) if known else f"no {what}"
+                has = listed(list(known)) if known else f"no {what}"
                 raise ModelInputError(f"{option} {name!r} matches no {what} {whose} {has}")
 
 
