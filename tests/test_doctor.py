@@ -40,12 +40,14 @@ from onnx_device_guard._doctor.capture import Captured, captured_output, clean_m
 from onnx_device_guard._doctor.files import read_model_file
 from onnx_device_guard._doctor.probe import (
     TINY_MODEL,
+    InferenceOptions,
     align,
     check_provider_names,
     create_session,
     import_onnxruntime,
     onnxruntime_distributions,
     run_inference,
+    run_with_deadline,
     suggest_provider,
 )
 from onnx_device_guard._doctor.render import render_json_error
@@ -853,10 +855,12 @@ class FakeGPUSession(FakeSession):
         self.error = error
         self.host_error = host_error
         self.host_runs = 0
+        self.run_options: list[Any] = []
 
-    def run(self, outputs: object, feeds: dict[str, Any]) -> list[Any]:
+    def run(self, outputs: object, feeds: dict[str, Any], run_options: Any = None) -> list[Any]:
         """``InferenceSession.run`` from host (NumPy) arrays."""
         self.host_runs += 1
+        self.run_options.append(run_options)
         if self.host_error is not None:
             raise self.host_error
         return []
@@ -870,8 +874,9 @@ class FakeGPUSession(FakeSession):
     def io_binding(self) -> FakeBinding:
         return self.binding
 
-    def run_with_iobinding(self, binding: FakeBinding) -> None:
+    def run_with_iobinding(self, binding: FakeBinding, run_options: Any = None) -> None:
         binding.calls.append(("run_with_iobinding", {}))
+        self.run_options.append(run_options)
         if self.error is not None:
             raise self.error
 
@@ -934,6 +939,17 @@ class TestInference:
             ("run_with_iobinding", {}),
             ("copy_outputs_to_cpu", {}),
         ]
+
+    def test_a_bounded_run_can_be_stopped_on_the_gpu_too(
+        self, inputs_on_cpu: list[torch.Tensor]
+    ) -> None:
+        """run_with_deadline hands RunOptions to run_with_iobinding and to the host check."""
+        session = FakeGPUSession(RuntimeError("Reshape: bad shape"), RuntimeError("same"))
+
+        run_with_deadline(session, torch.device("cuda:0"), InferenceOptions(timeout=30))
+
+        assert session.run_options
+        assert all(isinstance(o, onnxruntime.RunOptions) for o in session.run_options)
 
     def test_a_failing_run_is_reported_not_raised(self, inputs_on_cpu: list[torch.Tensor]) -> None:
         """The IO-binding error becomes a failed check with its message."""
