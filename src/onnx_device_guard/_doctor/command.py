@@ -94,7 +94,7 @@ def make_plan(request: Request) -> Plan:
     return Plan(
         machine=Machine(ort, env),
         check=Check(
-            device=device or default_device(env),
+            device=default_device(env) if device is None else device,
             providers=providers,
             fallback=defaults.fallback_device,
             options=options,
@@ -122,6 +122,8 @@ def check_names(plan: Plan) -> None:
         try:
             declared = model_inputs(plan.machine, target)
         except ModelInputError:
+            continue
+        if declared is None:  # names onnxruntime cannot decode: the check says so
             continue
         read_any = True
         label = TINY_MODEL if target is None else display_path(target)

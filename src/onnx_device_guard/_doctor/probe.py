@@ -206,8 +206,8 @@ def check_model(
     )
 
 
-def model_inputs(machine: Machine, model: Path | None) -> tuple[ModelInput, ...]:
-    """The inputs `model` declares, read from a CPU session; `()` when they cannot be read.
+def model_inputs(machine: Machine, model: Path | None) -> tuple[ModelInput, ...] | None:
+    """The inputs `model` declares, read from a CPU session; `None` when they cannot be read.
 
     Raises:
         ModelInputError: The model file is missing, unreadable or not an ONNX model.
@@ -219,7 +219,7 @@ def model_inputs(machine: Machine, model: Path | None) -> tuple[ModelInput, ...]
     try:
         return declared_inputs(session)
     except Exception:  # the inference says why
-        return ()
+        return None
 
 
 def load_model(model: Path | None) -> ModelBytes:
