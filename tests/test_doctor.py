@@ -557,6 +557,42 @@ class TestJsonReport:
         assert report["verdict"] == "fallback"
         assert report["exit_code"] == 0
 
+    def test_keys_are_unchanged_by_the_facts_record(self) -> None:
+        """The machine's facts stay top-level keys, in the order scripts have seen."""
+        facts = fake_facts(cpu_session())
+
+        assert list(render_json(facts, diagnose(facts), strict=False)) == [
+            "verdict",
+            "summary",
+            "exit_code",
+            "seconds",
+            "model",
+            "onnx_device_guard_version",
+            "python",
+            "torch_version",
+            "torch_gpu_build",
+            "torch_cuda_device_count",
+            "onnxruntime_version",
+            "installed_distributions",
+            "available_providers",
+            "requested_providers",
+            "requested_provider_options",
+            "session_providers",
+            "session_provider_options",
+            "requested_device",
+            "aligned_device",
+            "fell_back",
+            "inference_ok",
+            "inference",
+            "suggested_options",
+            "diagnosis",
+            "findings",
+            "onnxruntime_messages",
+            "onnxruntime_messages_omitted",
+            "session_retry",
+            "torch_messages",
+        ]
+
     def test_every_key_is_documented(self) -> None:
         """docs/doctor.md's JSON table lists every key of both kinds of object."""
         facts = fake_facts(cpu_session())
