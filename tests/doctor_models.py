@@ -7,9 +7,11 @@ scalar of the right value.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
@@ -144,3 +146,87 @@ def future_opset(path: Path) -> Path:
     )
     path.write_bytes(model.SerializeToString())
     return path
+
+
+def endless_loop(path: Path, steps: int = 10**12) -> Path:
+    """y = x + `steps` for x float[1], by a Loop that adds one `steps` times (hours of work)."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1]),
+        ],
+        [numpy_helper.from_array(np.ones(1, dtype=np.float32), "one")],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["steps", "keep_going", "x"], ["y"], body=body)],
+        "endless_loop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [
+            numpy_helper.from_array(np.array(steps, dtype=np.int64), "steps"),
+            numpy_helper.from_array(np.array(True), "keep_going"),
+        ],
+    )
+    return _save(graph, path)
+
+
+def with_external_data(path: Path) -> Path:
+    """y = x + w with w float[256] kept in `weights.bin` beside the model file."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "with_external_data",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])],
+        [numpy_helper.from_array(np.ones(256, dtype=np.float32), "w")],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
+    )
+    onnx.save_model(
+        model,
+        os.fsdecode(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
+    return path
+
+
+def named_input(path: Path, name: bytes) -> Path:
+    """An identity on a float[1] input named by the raw bytes `name` (UTF-8 or not)."""
+    stand_in = "q" * len(name)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [stand_in], ["y"])],
+        "named_input",
+        [helper.make_tensor_value_info(stand_in, TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
+    )
+    # Protocol buffers store strings as length and bytes: same length, any bytes.
+    path.write_bytes(model.SerializeToString().replace(stand_in.encode(), name))
+    return path
+
+
+def many_inputs(path: Path, count: int) -> Path:
+    """The sum of `count` float[1] inputs x0, x1, ... (a Sum node takes any number)."""
+    names = [f"x{number}" for number in range(count)]
+    graph = helper.make_graph(
+        [helper.make_node("Sum", names, ["y"])],
+        "many_inputs",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1]) for name in names],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    return _save(graph, path)

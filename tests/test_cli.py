@@ -1,14 +1,17 @@
-"""The ``onnx-device-guard`` command: the installed script run as a user runs it, and main()."""
+"""The ``onnx-device-guard`` command, run in-process through ``main(argv)``.
+
+The few behaviours that only a real process shows (a closed pipe, a closed
+stderr, ``python -m``) are in ``test_cli_processes.py``.
+"""
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import re
-import shutil
-import subprocess
 import sys
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +19,14 @@ import onnxruntime
 import pytest
 import torch
 
-from onnx_device_guard import __version__
-from onnx_device_guard._cli import main, parse_provider
+from onnx_device_guard._cli import EXIT_STATUS, main
+from onnx_device_guard._doctor.options import parse_provider
+
+from . import doctor_models
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
+PREFIX = "onnx-device-guard doctor: error: "
 
 CPU_ONLY_MACHINE = not torch.cuda.is_available() and CUDA not in (
     onnxruntime.get_available_providers()
@@ -35,91 +41,55 @@ gpu_machine = pytest.mark.skipif(
     reason="needs torch and onnxruntime that both use CUDA",
 )
 
-# A Python that cannot import onnxruntime, and whose pip lists none, runs the command.
-WITHOUT_ONNXRUNTIME = (
-    "import sys, importlib.metadata as m; "
-    "sys.modules['onnxruntime'] = None; "
-    "m.distributions = lambda **kwargs: iter(()); "
-    "from onnx_device_guard._cli import main; "
-    "sys.exit(main(sys.argv[1:]))"
-)
+
+def doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run ``doctor ARGV`` in-process; return the exit status, stdout and stderr."""
+    code = main(["doctor", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
-def script() -> str:
-    """The installed ``onnx-device-guard`` console script, next to this Python."""
-    found = shutil.which("onnx-device-guard", path=str(Path(sys.executable).parent))
-    assert found, "onnx-device-guard is not installed next to this Python: pip install -e ."
-    return found
+def doctor_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    """Run ``doctor --json ARGV`` in-process; return the exit status and the parsed report."""
+    code, out, _ = doctor(capsys, "--json", *argv)
+    return code, json.loads(out)
 
 
-def invocations(broken: Path) -> dict[str, list[str]]:
-    """Every subprocess the tests run, by name; each one imports torch, so they are few."""
-    doctor = [script(), "doctor"]
-    return {
-        "default": doctor,
-        "json": [*doctor, "--json"],
-        "cuda-strict": [*doctor, "--device", "cuda:0", "--strict"],
-        "cpu-strict": [*doctor, "--device", "cpu", "--strict"],
-        "module": [sys.executable, "-m", "onnx_device_guard", "doctor", "--device", "cpu"],
-        "typo": [*doctor, "--providers", "CUDAExecutonProvider", CPU],
-        "missing": [*doctor, str(broken / "missing.onnx")],
-        "directory": [*doctor, str(broken / "no-models")],
-        "not-onnx": [*doctor, str(broken / "notes.onnx")],
-        "bad-device": [*doctor, "--device", "gpu:0"],
-        "no-onnxruntime": [sys.executable, "-c", WITHOUT_ONNXRUNTIME, "doctor"],
-    }
+def assert_one_line(err: str, pattern: str) -> None:
+    """One line on stderr, the doctor's prefix, no traceback, matching ``pattern``."""
+    assert err.count("\n") == 1, err
+    assert err.startswith(PREFIX), err
+    assert "Traceback" not in err
+    assert re.search(pattern, err), err
 
 
-class Runs:
-    """The results of :func:`invocations`, started all at once and awaited one by one."""
-
-    def __init__(self, futures: dict[str, Future[subprocess.CompletedProcess[str]]]) -> None:
-        self._futures = futures
-
-    def __getitem__(self, name: str) -> subprocess.CompletedProcess[str]:
-        return self._futures[name].result()
-
-
-def _run(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-
-
-@pytest.fixture(scope="module")
-def broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with ``notes.onnx`` (text named like a model), no ``missing.onnx``, and a
-    subfolder ``no-models`` without any model."""
-    folder = tmp_path_factory.mktemp("broken")
-    (folder / "notes.onnx").write_text("These are meeting notes, not weights.\n")
-    (folder / "no-models").mkdir()
-    (folder / "no-models" / "README.txt").write_text("no models here\n")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def runs(broken: Path) -> Iterator[Runs]:
-    """The command's runs, in parallel: the module waits for the slowest, not their sum."""
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        yield Runs({name: pool.submit(_run, argv) for name, argv in invocations(broken).items()})
+@pytest.fixture
+def broken(tmp_path: Path) -> Path:
+    """A folder with ``notes.onnx`` (text named like a model) and a folder without models."""
+    (tmp_path / "notes.onnx").write_text("These are meeting notes, not weights.\n")
+    (tmp_path / "no-models").mkdir()
+    (tmp_path / "no-models" / "README.txt").write_text("no models here\n")
+    return tmp_path
 
 
 class TestDefaultRun:
-    def test_checks_the_packaged_model_and_says_ok(self, runs: Runs) -> None:
+    def test_checks_the_packaged_model_and_says_ok(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         """No arguments: the tiny model is checked, the report ends in a verdict, exit 0."""
-        result = runs["default"]
+        code, out, err = doctor(capsys, "--device", "cpu")
 
-        assert result.returncode == 0, result.stderr
-        assert result.stderr == ""
-        assert "packaged tiny model" in result.stdout
-        assert CPU in result.stdout
-        assert f"onnx-device-guard    {__version__}" in result.stdout
-        assert "\nOK: the session reads tensors on" in result.stdout
+        assert (code, err) == (0, "")
+        assert "packaged tiny model" in out
+        assert CPU in out
+        assert f"onnx-device-guard    {metadata.version('onnx-device-guard')}" in out
+        assert "\nOK: the session reads tensors on 'cpu'." in out
 
-    def test_json_has_the_documented_keys(self, runs: Runs) -> None:
+    def test_json_has_the_documented_keys(self, capsys: pytest.CaptureFixture[str]) -> None:
         """--json prints one JSON object with the documented keys and types."""
-        result = runs["json"]
-        report = json.loads(result.stdout)
+        code, report = doctor_json(capsys)
 
-        assert result.returncode == 0, result.stderr
+        assert code == 0
         assert isinstance(report["requested_device"], str)
         assert report["aligned_device"] == report["requested_device"]
         assert report["fell_back"] is False
@@ -132,32 +102,25 @@ class TestDefaultRun:
         assert report["inference_ok"] is True
         assert report["diagnosis"] == []
 
-    def test_runs_as_a_module(self, runs: Runs) -> None:
-        """python -m onnx_device_guard doctor is the same command."""
-        result = runs["module"]
-
-        assert result.returncode == 0, result.stderr
-        assert "OK: the session reads tensors on 'cpu'." in result.stdout
-
 
 @cpu_only_machine
 class TestCudaOnThisCpuMachine:
-    def test_strict_exits_1(self, runs: Runs) -> None:
+    def test_strict_exits_1(self, capsys: pytest.CaptureFixture[str]) -> None:
         """--device cuda:0 --strict falls back to cpu and exits 1, saying why."""
-        result = runs["cuda-strict"]
+        code, out, _ = doctor(capsys, "--device", "cuda:0", "--strict")
 
-        assert result.returncode == 1, result.stderr
-        assert "FALLBACK: 'cuda:0' -> 'cpu'." in result.stdout
-        assert "pip install onnxruntime-gpu" in result.stdout
+        assert code == 1
+        assert "FALLBACK: 'cuda:0' -> 'cpu'." in out
+        assert "pip install onnxruntime-gpu" in out
+        assert "--strict: the device had to be changed, so the exit status is 1." in out
         # torch's side of it: a CPU-only build, or a CUDA build that sees no GPU.
-        assert "CPU-only build" in result.stdout or "sees no CUDA device" in result.stdout
+        assert "CPU-only build" in out or "sees no CUDA device" in out
 
     def test_without_strict_exits_0_and_reports_the_fallback(
         self, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """Without --strict the fallback is reported in the JSON, exit 0 (run in-process)."""
-        code = main(["doctor", "--device", "cuda:0", "--json"])
-        report: dict[str, Any] = json.loads(capsys.readouterr().out)
+        """Without --strict the fallback is reported in the JSON, exit 0."""
+        code, report = doctor_json(capsys, "--device", "cuda:0")
 
         assert code == 0
         assert report["requested_device"] == "cuda:0"
@@ -170,115 +133,258 @@ class TestCudaOnThisCpuMachine:
             "torch-sees-no-cuda",
         ]
 
-    def test_cpu_strict_exits_0(self, runs: Runs) -> None:
+    def test_cpu_strict_exits_0(self, capsys: pytest.CaptureFixture[str]) -> None:
         """--device cpu --strict needs no change: exit 0."""
-        result = runs["cpu-strict"]
-
-        assert result.returncode == 0, result.stderr
-        assert "OK: the session reads tensors on 'cpu'." in result.stdout
-
-
-class TestBadInput:
-    @pytest.mark.parametrize(
-        ("run", "message"),
-        [
-            ("missing", r"model file '.*missing\.onnx' does not exist"),
-            ("directory", r"'.*no-models' is a directory with no \.onnx file in it"),
-            ("not-onnx", r"'.*notes\.onnx' is not an ONNX model: onnxruntime cannot parse it"),
-            ("bad-device", r"--device 'gpu:0' is not a device torch understands"),
-            ("no-onnxruntime", r"onnxruntime is not installed; install exactly one"),
-            (
-                "typo",
-                rf"unknown execution provider 'CUDAExecutonProvider'; did you mean '{CUDA}'\?",
-            ),
-        ],
-    )
-    def test_exits_2_with_one_line(self, runs: Runs, run: str, message: str) -> None:
-        """Bad input: exit 2, nothing on stdout, one line on stderr naming the problem."""
-        result = runs[run]
-
-        assert result.returncode == 2
-        assert result.stdout == ""
-        assert result.stderr.count("\n") == 1, result.stderr
-        assert result.stderr.startswith("onnx-device-guard doctor: error: ")
-        assert "Traceback" not in result.stderr
-        assert re.search(message, result.stderr), result.stderr
-
-
-class TestMainInProcess:
-    def test_help_documents_the_exit_status(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """doctor --help lists every exit status."""
-        with pytest.raises(SystemExit) as exited:
-            main(["doctor", "--help"])
-
-        text = capsys.readouterr().out
-        assert exited.value.code == 0
-        assert "exit status:" in text
-        for line in ("  0  the session", "  1  --strict", "  2  bad input", "  3  the test"):
-            assert line in text
-
-    def test_version(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """--version prints the package version."""
-        with pytest.raises(SystemExit):
-            main(["--version"])
-
-        assert capsys.readouterr().out == f"onnx-device-guard {__version__}\n"
-
-    def test_empty_model_file(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-        """An empty .onnx file is bad input."""
-        (tmp_path / "empty.onnx").touch()
-
-        assert main(["doctor", str(tmp_path / "empty.onnx")]) == 2
-        assert "is empty, not an ONNX model" in capsys.readouterr().err
-
-    def test_model_swallowed_by_providers(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """A model path after --providers gets a hint instead of 'unknown provider'."""
-        assert main(["doctor", "--providers", CPU, "model.onnx"]) == 2
-        assert "put the models before --providers" in capsys.readouterr().err
-
-    def test_malformed_provider_options(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """Provider options must be KEY=VALUE pairs."""
-        assert main(["doctor", "--providers", f"{CUDA}:device_id"]) == 2
-        assert "KEY=VALUE pairs" in capsys.readouterr().err
-
-    def test_provider_options_reach_the_session(
-        self, tiny_model_path: Path, capsys: pytest.CaptureFixture[str]
-    ) -> None:
-        """EP:KEY=VALUE options are requested and reported."""
-        code = main(["doctor", str(tiny_model_path), "--providers", f"{CPU}:use_arena=0", "--json"])
-        report: dict[str, Any] = json.loads(capsys.readouterr().out)
+        code, out, _ = doctor(capsys, "--device", "cpu", "--strict")
 
         assert code == 0
-        assert report["requested_provider_options"] == {CPU: {"use_arena": "0"}}
-        assert report["model"] == str(tiny_model_path)
+        assert "OK: the session reads tensors on 'cpu'." in out
 
-    @cpu_only_machine
     def test_cuda_requested_of_the_cpu_build(self, capsys: pytest.CaptureFixture[str]) -> None:
         """Asking this CPU build for CUDA: not in the build, onnxruntime's warning shown."""
-        code = main(["doctor", "--device", "cuda", "--providers", CUDA, CPU, "--json"])
-        report: dict[str, Any] = json.loads(capsys.readouterr().out)
+        code, report = doctor_json(capsys, "--device", "cuda", "--providers", CUDA, CPU)
 
         assert code == 0
         assert report["session_providers"] == [CPU]
         assert report["findings"][0]["kind"] == "provider-not-in-build"
         assert any(CUDA in message for message in report["onnxruntime_messages"])
 
-    @pytest.mark.cuda
-    @gpu_machine
-    def test_cuda_session_reads_cuda_tensors(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """On a GPU machine, cuda:0 stays and the IO-bound inference completes."""
-        code = main(["doctor", "--device", "cuda:0", "--providers", CUDA, CPU, "--json"])
-        report: dict[str, Any] = json.loads(capsys.readouterr().out)
 
-        assert code == 0, report["diagnosis"]
-        assert report["aligned_device"] == "cuda:0"
-        assert report["inference"]["detail"].startswith("run_with_iobinding on cuda:0")
+class TestBadInput:
+    @pytest.mark.parametrize(
+        ("argv", "message"),
+        [
+            (["{broken}/missing.onnx"], r"the path '.*missing\.onnx' does not exist"),
+            (["/nonexistent_dir/"], r"the path '/nonexistent_dir/?' does not exist"),
+            (["{broken}/no-models"], r"'.*no-models' is a directory with no \.onnx file in it"),
+            (["{broken}/notes.onnx"], r"'.*notes\.onnx' is not an ONNX model: onnxruntime"),
+            (["--device", "gpu:0"], r"--device 'gpu:0' is not a device torch understands"),
+            (["--providers", "CUDAExecutonProvider", CPU], rf"did you mean '{CUDA}'\?"),
+            (["--providers", f"{CUDA}:device_id"], "KEY=VALUE pairs"),
+            (["--providers", CPU, "model.onnx"], "put the models before --providers"),
+            (["--providers", ""], "--providers got an empty name"),
+            (["/tmp/" + "a" * 5000 + ".onnx"], "longer than the file system allows"),
+            (["/dev/null"], "is not a regular file"),
+        ],
+        ids=[
+            "missing",
+            "missing-folder",
+            "no-models",
+            "not-onnx",
+            "bad-device",
+            "provider-typo",
+            "provider-options",
+            "model-after-providers",
+            "empty-provider",
+            "path-too-long",
+            "device-file",
+        ],
+    )
+    def test_exits_2_with_one_line(
+        self, broken: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Bad input: exit 2, nothing on stdout, one line on stderr naming the problem."""
+        code, out, err = doctor(capsys, *(arg.format(broken=broken) for arg in argv))
+
+        assert (code, out) == (2, "")
+        assert_one_line(err, message)
+
+    def test_empty_model_file(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """An empty .onnx file is bad input."""
+        (tmp_path / "empty.onnx").touch()
+
+        code, _, err = doctor(capsys, str(tmp_path / "empty.onnx"))
+
+        assert code == 2
+        assert_one_line(err, "is empty, not an ONNX model")
+
+    def test_a_device_beyond_torch_is_said_once(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """--device cuda:999: the value is quoted once, not twice."""
+        code, _, err = doctor(capsys, "--device", "cuda:999")
+
+        assert code == 2
+        assert_one_line(err, "has device index 999, which torch cannot address")
+        assert err.count("cuda:999") == 1, err
+
+    def test_device_id_on_the_cpu_provider(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """CPUExecutionProvider:device_id=1 is a mistake, not an option to pass on."""
+        code, out, err = doctor(capsys, "--providers", f"{CPU}:device_id=1")
+
+        assert (code, out) == (2, "")
+        assert_one_line(err, f"{CPU} runs on no device of its own and takes no device_id")
+
+    def test_without_onnxruntime(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """No onnxruntime module and none listed by pip: how to install one, exit 2."""
+        for name in [name for name in sys.modules if name.split(".")[0] == "onnxruntime"]:
+            monkeypatch.setitem(sys.modules, name, None)
+        monkeypatch.setattr(metadata, "distributions", lambda **kwargs: iter(()))
+
+        code, out, err = doctor(capsys)
+
+        assert (code, out) == (2, "")
+        assert_one_line(err, "onnxruntime is not installed; install exactly one")
+
+    @pytest.mark.parametrize(
+        "argv",
+        [["doctor", "--bogus"], ["doctor", "--device"], ["nothing"], [], ["doctor", ""]],
+        ids=["unknown-option", "missing-value", "unknown-command", "no-command", "empty-path"],
+    )
+    def test_usage_errors_are_one_line(
+        self, argv: list[str], capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """argparse's errors: one line on stderr pointing to --help, exit 2."""
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+
+        err = capsys.readouterr().err
+        assert exited.value.code == 2
+        assert err.count("\n") == 1, err
+        assert err.startswith("onnx-device-guard")
+        assert err.rstrip().endswith("--help')")
+
+    def test_the_opset_message_keeps_its_useful_part(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Opset 999: the C++ signature is cut, the end of onnxruntime's message is kept."""
+        model = doctor_models.future_opset(tmp_path / "future.onnx")
+
+        code, _, err = doctor(capsys, str(model))
+
+        assert code == 2
+        assert_one_line(err, "Opset 999 is under development")
+        assert "Current official support for domain ai.onnx is till opset" in err
+        assert "std::" not in err
+        assert "ValidateOpsetForDomain" not in err
 
 
-class TestParseProvider:
+class TestJsonOnBadInput:
+    def test_a_model_that_cannot_be_checked_is_an_error_object(
+        self, broken: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--json on one bad model: an error object on stdout, one line on stderr, exit 2."""
+        code, out, err = doctor(capsys, "--json", str(broken / "notes.onnx"))
+        report = json.loads(out)
+
+        assert code == 2
+        assert report["verdict"] == "error"
+        assert report["exit_code"] == 2
+        assert report["model"].endswith("notes.onnx")
+        assert "is not an ONNX model" in report["error"]
+        assert report["summary"] == f"ERROR: {report['error']}"
+        assert_one_line(err, "is not an ONNX model")
+
+    def test_a_missing_model_too(self, broken: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """--json on a path that does not exist: still JSON."""
+        code, report = doctor_json(capsys, str(broken / "missing.onnx"))
+
+        assert (code, report["verdict"]) == (2, "error")
+
+    def test_a_bad_option_is_stderr_only(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """An option refused before any model is read: nothing on stdout, as documented."""
+        code, out, err = doctor(capsys, "--json", "--device", "gpu:0")
+
+        assert (code, out) == (2, "")
+        assert_one_line(err, "--device 'gpu:0'")
+
+
+class TestHelpAndVersion:
+    def test_help_documents_the_exit_status(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """doctor --help lists every exit status, and the environment variables it reads."""
+        with pytest.raises(SystemExit) as exited:
+            main(["doctor", "--help"])
+
+        text = capsys.readouterr().out
+        assert exited.value.code == 0
+        assert "exit status:" in text
+        for status in ("0  the session", "1  --strict", "2  bad input", "3  the test", "4  incon"):
+            assert f"    {status}" in text
+        assert "ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail acts like --strict" in text
+        assert "--timeout SECONDS" in text
+
+    def test_the_exit_status_table_is_aligned(self) -> None:
+        """Every status ends in the same column, 141 and 130 included, and texts line up."""
+        rows = [line for line in EXIT_STATUS.splitlines() if re.match(r"^ *\d+  \S", line)]
+
+        assert [row.split()[0] for row in rows] == ["0", "1", "2", "3", "4", "130", "141"]
+        assert {row.index(row.split()[0]) + len(row.split()[0]) for row in rows} == {5}
+        assert {len(row) - len(row[5:].lstrip()) for row in rows} == {7}
+
+    def test_version(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """--version prints the installed distribution's version."""
+        with pytest.raises(SystemExit):
+            main(["--version"])
+
+        assert capsys.readouterr().out == (
+            f"onnx-device-guard {metadata.version('onnx-device-guard')}\n"
+        )
+
+
+class TestProviders:
     def test_options_are_comma_separated_pairs(self) -> None:
         """NAME:K=V,K=V gives the name and a dict of string options."""
         assert parse_provider(f"{CUDA}:device_id=1, arena_extend_strategy=kSameAsRequested") == (
             CUDA,
             {"device_id": "1", "arena_extend_strategy": "kSameAsRequested"},
         )
+
+    def test_provider_options_reach_the_session(
+        self, tiny_model_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """EP:KEY=VALUE options are requested and reported."""
+        code, report = doctor_json(
+            capsys, str(tiny_model_path), "--providers", f"{CPU}:use_arena=0"
+        )
+
+        assert code == 0
+        assert report["requested_provider_options"] == {CPU: {"use_arena": "0"}}
+        assert report["model"] == str(tiny_model_path)
+
+    @pytest.mark.cuda
+    @gpu_machine
+    def test_cuda_session_reads_cuda_tensors(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """On a GPU machine, cuda:0 stays and the IO-bound inference completes."""
+        code, report = doctor_json(capsys, "--device", "cuda:0", "--providers", CUDA, CPU)
+
+        assert code == 0, report["diagnosis"]
+        assert report["aligned_device"] == "cuda:0"
+        assert report["inference"]["detail"].startswith("run_with_iobinding on cuda:0")
+
+
+class TestStandardOutput:
+    def test_a_full_device(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """stdout on a full disk: one line saying why, exit 2."""
+
+        class Full(io.StringIO):
+            def write(self, text: str) -> int:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            def fileno(self) -> int:
+                raise io.UnsupportedOperation("no descriptor")
+
+        monkeypatch.setattr(sys, "stdout", Full())
+
+        code = main(["doctor", "--device", "cpu"])
+
+        assert code == 2
+        assert_one_line(
+            capsys.readouterr().err, "cannot write the report to stdout: No space left on device"
+        )
+
+    def test_a_non_ascii_path_on_an_ascii_terminal(
+        self, tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An ASCII stdout: the path is printed with escapes, the check runs."""
+        model = tmp_path / "modèle.onnx"
+        model.write_bytes(tiny_model_path.read_bytes())
+        raw = io.BytesIO()
+        monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="ascii"))
+
+        code = main(["doctor", str(model), "--device", "cpu"])
+        sys.stdout.flush()
+
+        assert code == 0
+        assert b"mod\\xe8le.onnx" in raw.getvalue()

@@ -22,10 +22,12 @@ from onnx_device_guard import ModelInputError
 from onnx_device_guard._doctor import (
     CUDA_REQUIREMENTS_URL,
     EXIT_PRECEDENCE,
+    Environment,
     Facts,
     Finding,
     InferenceCheck,
     InstalledDistribution,
+    ModelError,
     diagnose,
     exit_code,
     headline,
@@ -35,21 +37,25 @@ from onnx_device_guard._doctor import (
     worst,
 )
 from onnx_device_guard._doctor.capture import Captured, captured_output, clean_messages
-from onnx_device_guard._doctor.files import check_model_file
+from onnx_device_guard._doctor.files import read_model_file
 from onnx_device_guard._doctor.probe import (
     TINY_MODEL,
+    InferenceOptions,
     align,
     check_provider_names,
     create_session,
     import_onnxruntime,
     onnxruntime_distributions,
     run_inference,
+    run_with_deadline,
     suggest_provider,
 )
+from onnx_device_guard._doctor.render import render_json_error
 from onnx_device_guard._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
 
 from .sessions import FakeSession, cpu_session, cuda_session
 
+ROOT = Path(__file__).resolve().parents[1]
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 TRT = "TensorrtExecutionProvider"
@@ -89,8 +95,7 @@ def fake_facts(
     """The facts of a made-up machine, the device aligned with ``session`` by the real core."""
     requested_device = torch.device(device)
     aligned, mismatch = align(session, requested_device)
-    return Facts(
-        model="model.onnx",
+    machine = Environment(
         onnx_device_guard_version="0.1.0",
         python="3.11.7 on Linux x86_64",
         torch_version="2.4.0+cu124" if torch_gpu_build else "2.4.0+cpu",
@@ -99,6 +104,11 @@ def fake_facts(
         onnxruntime_version="1.20.0",
         installed_distributions=tuple(distributions),
         available_providers=tuple(available),
+        torch_messages=tuple(torch_messages),
+    )
+    return Facts(
+        model="model.onnx",
+        environment=machine,
         requested_providers=tuple(available if requested is None else requested),
         session_providers=tuple(session.get_providers()),
         session_provider_options={
@@ -111,7 +121,6 @@ def fake_facts(
         inference=inference,
         onnxruntime_messages=tuple(messages),
         session_retry=retry,
-        torch_messages=tuple(torch_messages),
     )
 
 
@@ -548,6 +557,63 @@ class TestJsonReport:
         assert report["verdict"] == "fallback"
         assert report["exit_code"] == 0
 
+    def test_keys_are_unchanged_by_the_facts_record(self) -> None:
+        """The machine's facts stay top-level keys, in the order scripts have seen."""
+        facts = fake_facts(cpu_session())
+
+        assert list(render_json(facts, diagnose(facts), strict=False)) == [
+            "verdict",
+            "summary",
+            "exit_code",
+            "seconds",
+            "model",
+            "onnx_device_guard_version",
+            "python",
+            "torch_version",
+            "torch_gpu_build",
+            "torch_cuda_device_count",
+            "onnxruntime_version",
+            "installed_distributions",
+            "available_providers",
+            "requested_providers",
+            "requested_provider_options",
+            "session_providers",
+            "session_provider_options",
+            "requested_device",
+            "aligned_device",
+            "fell_back",
+            "inference_ok",
+            "inference",
+            "suggested_options",
+            "diagnosis",
+            "findings",
+            "onnxruntime_messages",
+            "onnxruntime_messages_omitted",
+            "session_retry",
+            "torch_messages",
+        ]
+
+    def test_every_key_is_documented(self) -> None:
+        """docs/doctor.md's JSON table lists every key of both kinds of object."""
+        facts = fake_facts(cpu_session())
+        keys = set(render_json(facts, diagnose(facts), strict=False))
+        keys |= set(render_json_error(ModelError("m.onnx", "why")))
+        page = (ROOT / "docs" / "doctor.md").read_text()
+        json_section = page[page.index("## JSON output") : page.index("## Exit codes")]
+
+        documented = set(re.findall(r"^\| `(\w+)` \|", json_section, re.MULTILINE))
+        documented |= set(re.findall(r"`(\w+)`", json_section.split("verdict `error` has")[-1]))
+        assert keys <= documented, keys - documented
+
+    def test_the_verdict_error_is_listed_in_the_docs_and_the_readme(self) -> None:
+        """Both name the verdict `error` beside the four others."""
+        readme = (ROOT / "README.md").read_text()
+        doctor_section = readme[readme.index("## The doctor") :]
+        doctor_section = doctor_section[: doctor_section.index("\n## ", 1)]
+
+        assert "`error`" in doctor_section
+        assert "| `error` |" in (ROOT / "docs" / "doctor.md").read_text()
+
 
 class TestProviderNames:
     KNOWN = sorted(set(onnxruntime.get_all_providers()) | GPU_CAPABLE_EXECUTION_PROVIDERS)
@@ -656,24 +722,38 @@ class TestImportOnnxruntime:
         with pytest.raises(ModelInputError, match="pip install --force-reinstall onnxruntime"):
             import_onnxruntime()
 
+    def test_an_import_that_raises_something_else(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A broken onnxruntime raising RuntimeError on import: ModelInputError, so exit 2."""
+        package = tmp_path / "onnxruntime"
+        package.mkdir()
+        (package / "__init__.py").write_text("raise RuntimeError('DLL initialisation failed')\n")
+        for name in [name for name in sys.modules if name.split(".")[0] == "onnxruntime"]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.syspath_prepend(str(tmp_path))
+
+        with pytest.raises(ModelInputError, match="importing it raised RuntimeError: DLL"):
+            import_onnxruntime()
+
 
 class TestModelFile:
     def test_missing(self, tmp_path: Path) -> None:
         """A path that does not exist is named as such."""
         with pytest.raises(ModelInputError, match="does not exist"):
-            check_model_file(tmp_path / "missing.onnx")
+            read_model_file(tmp_path / "missing.onnx")
 
     def test_directory(self, tmp_path: Path) -> None:
         """A directory is not a model file."""
         with pytest.raises(ModelInputError, match="is a directory"):
-            check_model_file(tmp_path)
+            read_model_file(tmp_path)
 
     def test_empty(self, tmp_path: Path) -> None:
         """An empty file is not a model."""
         (tmp_path / "empty.onnx").touch()
 
         with pytest.raises(ModelInputError, match="is empty"):
-            check_model_file(tmp_path / "empty.onnx")
+            read_model_file(tmp_path / "empty.onnx")
 
     def test_unreadable(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """A file that cannot be opened says why (as root, chmod cannot make one)."""
@@ -683,12 +763,12 @@ class TestModelFile:
         def refuse(*args: Any, **kwargs: Any) -> Any:
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr(Path, "open", refuse)
+        monkeypatch.setattr(os, "open", refuse)
 
         with pytest.raises(
             ModelInputError, match=r"cannot read '.*locked\.onnx': permission denied"
         ):
-            check_model_file(model)
+            read_model_file(model)
 
 
 class TestCapturedOutput:
@@ -743,7 +823,7 @@ class TestCreateSession:
     ) -> None:
         """CUDA requested of the CPU build: the session runs CPU, onnxruntime's warning is kept."""
         session, said = create_session(
-            onnxruntime, tiny_model_path, "tiny.onnx", [(CUDA, {}), (CPU, {})]
+            onnxruntime, read_model_file(tiny_model_path), "tiny.onnx", [(CUDA, {}), (CPU, {})]
         )
 
         assert session.get_providers() == [CPU]
@@ -757,7 +837,10 @@ class TestCreateSession:
     def test_retry_is_recorded(self, tiny_model_path: Path) -> None:
         """A provider this build cannot create makes onnxruntime retry; the error is kept."""
         session, said = create_session(
-            onnxruntime, tiny_model_path, "tiny.onnx", [("ROCMExecutionProvider", {}), (CPU, {})]
+            onnxruntime,
+            read_model_file(tiny_model_path),
+            "tiny.onnx",
+            [("ROCMExecutionProvider", {}), (CPU, {})],
         )
         retry = said.retry()
 
@@ -772,7 +855,7 @@ class TestCreateSession:
         model.write_text("these are not weights\n")
 
         with pytest.raises(ModelInputError, match="is not an ONNX model"):
-            create_session(onnxruntime, model, str(model), [(CPU, {})])
+            create_session(onnxruntime, read_model_file(model), str(model), [(CPU, {})])
 
 
 class InputArg:
@@ -808,10 +891,12 @@ class FakeGPUSession(FakeSession):
         self.error = error
         self.host_error = host_error
         self.host_runs = 0
+        self.run_options: list[Any] = []
 
-    def run(self, outputs: object, feeds: dict[str, Any]) -> list[Any]:
+    def run(self, outputs: object, feeds: dict[str, Any], run_options: Any = None) -> list[Any]:
         """``InferenceSession.run`` from host (NumPy) arrays."""
         self.host_runs += 1
+        self.run_options.append(run_options)
         if self.host_error is not None:
             raise self.host_error
         return []
@@ -825,8 +910,9 @@ class FakeGPUSession(FakeSession):
     def io_binding(self) -> FakeBinding:
         return self.binding
 
-    def run_with_iobinding(self, binding: FakeBinding) -> None:
+    def run_with_iobinding(self, binding: FakeBinding, run_options: Any = None) -> None:
         binding.calls.append(("run_with_iobinding", {}))
+        self.run_options.append(run_options)
         if self.error is not None:
             raise self.error
 
@@ -889,6 +975,17 @@ class TestInference:
             ("run_with_iobinding", {}),
             ("copy_outputs_to_cpu", {}),
         ]
+
+    def test_a_bounded_run_can_be_stopped_on_the_gpu_too(
+        self, inputs_on_cpu: list[torch.Tensor]
+    ) -> None:
+        """run_with_deadline hands RunOptions to run_with_iobinding and to the host check."""
+        session = FakeGPUSession(RuntimeError("Reshape: bad shape"), RuntimeError("same"))
+
+        run_with_deadline(session, torch.device("cuda:0"), InferenceOptions(timeout=30))
+
+        assert session.run_options
+        assert all(isinstance(o, onnxruntime.RunOptions) for o in session.run_options)
 
     def test_a_failing_run_is_reported_not_raised(self, inputs_on_cpu: list[torch.Tensor]) -> None:
         """The IO-binding error becomes a failed check with its message."""

@@ -137,6 +137,17 @@ class TestSizeCap:
         assert check.status == "inconclusive"
         assert check.attempts == 3  # 1, 32 and 224 floats fit in 1000 bytes, 512 does not
 
+    def test_a_tiny_model_with_a_huge_static_input(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A model of a few bytes with a [20000, 20000] input: inconclusive, exit 4."""
+        model = doctor_models.static_input(tmp_path / "huge.onnx", [20000, 20000])
+
+        assert main(["doctor", str(model)]) == 4
+        text = capsys.readouterr().out
+        assert "inconclusive: inputs too large" in text
+        assert "--max-input-mib 1526" in text
+
 
 class TestInputOption:
     def test_shape_and_value_are_parsed(self) -> None:
@@ -197,15 +208,16 @@ class TestInputOption:
     def test_a_name_no_model_has_is_bad_input(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """A misspelt --input name is not ignored silently: exit 2 listing the real inputs."""
+        """A misspelt --input: exit 2 before anything runs, one line naming the real inputs."""
         model = str(doctor_models.positive_scalar(tmp_path / "m.onnx"))
 
         assert main(["doctor", model, "--input", "count=:3"]) == 2
         captured = capsys.readouterr()
-        assert "--input 'count' matches no input of the models checked (they have n, x)" in (
-            captured.err
+        assert captured.out == ""
+        assert captured.err == (
+            "onnx-device-guard doctor: error: --input 'count' matches no input of the model; "
+            "it has x, n\n"
         )
-        assert "OK: " in captured.out
 
 
 class TestDimOption:
@@ -233,7 +245,12 @@ class TestDimOption:
         model = str(doctor_models.seven_samples(tmp_path / "m.onnx"))
 
         assert main(["doctor", model, "--dim", "width=7"]) == 2
-        assert "--dim 'width' matches no named dimension" in capsys.readouterr().err
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.count("\n") == 1
+        assert "--dim 'width' matches no named dimension of the model; it has length" in (
+            captured.err
+        )
 
 
 class TestNoInference:
@@ -297,3 +314,22 @@ class TestDefaults:
         image = ModelInput("x", ("p2o.DynamicDimension.0", 3, "height", None), torch.float32)
 
         assert hint_for(image) == "--input x=Nx3xHEIGHTxD3"
+
+
+class TestInputsThatCannotBeRead:
+    def test_a_name_that_is_not_utf8_is_not_the_devices_fault(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """get_inputs() raising UnicodeDecodeError: skipped with the reason, never FAILED."""
+        model = str(doctor_models.named_input(tmp_path / "m.onnx", b"x\xff\xfeabc"))
+
+        code, report = doctor_json(capsys, model, "--device", "cpu")
+
+        assert code == 0
+        assert report["verdict"] == "ok"
+        assert report["inference"]["status"] == "skipped"
+        assert report["inference"]["detail"].startswith(
+            "the model's inputs cannot be read: session.get_inputs() raised UnicodeDecodeError"
+        )
+        assert [finding["kind"] for finding in report["findings"]] == ["inference-skipped"]
+        assert "cannot run this model" not in json.dumps(report)

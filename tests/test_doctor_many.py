@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from onnx_device_guard._cli import main
-from onnx_device_guard._doctor import probe
+from onnx_device_guard._doctor import command, probe
 
 from . import doctor_models
 
@@ -90,7 +90,7 @@ class TestFolders:
             calls.append(1)
             return real()
 
-        monkeypatch.setattr(probe, "environment", counting)
+        monkeypatch.setattr(command, "environment", counting)
 
         main(["doctor", str(folder), "--device", "cpu", "--json"])
 

@@ -11,9 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from .._devices import cuda_index
-from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, first_gpu_provider
-from .facts import Facts, ModelError, Verdict, one_line
+from .core import GPU_CAPABLE_EXECUTION_PROVIDERS, cuda_index, first_gpu_provider
+from .facts import Facts, ModelError, Verdict, listed, one_line
 
 CUDA_REQUIREMENTS_URL = (
     "https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements"
@@ -79,12 +78,15 @@ def diagnose(facts: Facts) -> tuple[Finding, ...]:
 
     Examples:
         >>> import torch
-        >>> from onnx_device_guard._doctor import Facts, InferenceCheck, diagnose
-        >>> facts = Facts(
-        ...     model="model.onnx", onnx_device_guard_version="0.1.0", python="3.11",
-        ...     torch_version="2.4.0", torch_gpu_build="CUDA 12.4", torch_cuda_device_count=1,
+        >>> from onnx_device_guard._doctor import Environment, Facts, InferenceCheck, diagnose
+        >>> machine = Environment(
+        ...     onnx_device_guard_version="0.1.0", python="3.11", torch_version="2.4.0",
+        ...     torch_gpu_build="CUDA 12.4", torch_cuda_device_count=1,
         ...     onnxruntime_version="1.20.0", installed_distributions=(),
         ...     available_providers=("CPUExecutionProvider",),
+        ... )
+        >>> facts = Facts(
+        ...     model="model.onnx", environment=machine,
         ...     requested_providers=("CUDAExecutionProvider", "CPUExecutionProvider"),
         ...     session_providers=("CPUExecutionProvider",),
         ...     requested_device=torch.device("cuda"), aligned_device=torch.device("cpu"),
@@ -184,7 +186,7 @@ def headline(facts: Facts) -> str:
         return f"FAILED: the test inference on {aligned!r}{moved} did not complete."
     device_answer = _device_answer(facts)
     if result == "inconclusive":
-        named = ", ".join(map(repr, facts.inference.culprits))
+        named = listed([repr(name) for name in facts.inference.culprits])
         about = (
             f" (input {named})"
             if len(facts.inference.culprits) == 1
@@ -237,7 +239,7 @@ def _distribution_findings(facts: Facts) -> list[Finding]:
 
 def _provider_findings(facts: Facts) -> list[Finding]:
     findings = []
-    available, running = set(facts.available_providers), set(facts.session_providers)
+    available, running = set(facts.environment.available_providers), set(facts.session_providers)
     for name in dict.fromkeys(facts.requested_providers):
         if name in running:
             continue
@@ -257,7 +259,8 @@ def _not_in_build(name: str, facts: Facts) -> Finding:
     )
     problem = (
         f"{name} is not part of this onnxruntime build ({_build(facts)}), which offers only "
-        f"{', '.join(facts.available_providers)}. {then}, and the session runs without it."
+        f"{', '.join(facts.environment.available_providers)}. {then}, and the session runs "
+        "without it."
     )
     if name == "NvTensorRTRTXExecutionProvider":
         fix = (
@@ -307,14 +310,14 @@ def _dropped(name: str, facts: Facts) -> Finding:
     elif name == "CUDAExecutionProvider":
         fix = (
             f"The CUDA or cuDNN libraries it needs are missing or of the wrong major "
-            f"version. Install the ones onnxruntime {facts.onnxruntime_version} was built "
-            "for (system-wide or as nvidia-* pip packages), and call "
+            f"version. Install the ones onnxruntime {facts.environment.onnxruntime_version} "
+            "was built for (system-wide or as nvidia-* pip packages), and call "
             "onnxruntime.preload_dlls() before creating the session so that they are found."
         )
     elif name in GPU_CAPABLE_EXECUTION_PROVIDERS:
         fix = (
             f"The GPU libraries {name} needs are missing or mismatched: install the versions "
-            f"onnxruntime {facts.onnxruntime_version} was built for."
+            f"onnxruntime {facts.environment.onnxruntime_version} was built for."
         )
     else:
         fix = (
@@ -348,7 +351,7 @@ def _device_findings(facts: Facts) -> list[Finding]:
     if any(name in GPU_CAPABLE_EXECUTION_PROVIDERS for name in facts.requested_providers):
         # A GPU provider was asked for and lost: the provider findings say why.
         return []
-    in_build = first_gpu_provider(facts.available_providers)
+    in_build = first_gpu_provider(facts.environment.available_providers)
     if in_build is not None:
         return [
             Finding(
@@ -370,7 +373,7 @@ def _device_findings(facts: Facts) -> list[Finding]:
             "no-gpu-provider-in-build",
             problem=(
                 f"This onnxruntime build ({_build(facts)}) has no GPU-capable execution "
-                f"provider; it offers only {', '.join(facts.available_providers)}."
+                f"provider; it offers only {', '.join(facts.environment.available_providers)}."
             ),
             fix=(
                 f"To run on the GPU: `pip uninstall -y {owners} && pip install onnxruntime-gpu`. "
@@ -385,14 +388,15 @@ def _torch_findings(facts: Facts) -> list[Finding]:
     device = facts.requested_device
     if device.type != "cuda":
         return []
-    count = facts.torch_cuda_device_count
-    said = f" torch said: {one_line(facts.torch_messages[0])}" if facts.torch_messages else ""
-    if count == 0 and facts.torch_gpu_build is None:
+    env = facts.environment
+    count = env.torch_cuda_device_count
+    said = f" torch said: {one_line(env.torch_messages[0])}" if env.torch_messages else ""
+    if count == 0 and env.torch_gpu_build is None:
         return [
             Finding(
                 "torch-sees-no-cuda",
                 problem=(
-                    f"torch {facts.torch_version} is a CPU-only build, so it cannot put "
+                    f"torch {env.torch_version} is a CPU-only build, so it cannot put "
                     f"tensors on {str(device)!r} even where onnxruntime could read them."
                 ),
                 fix=(
@@ -406,7 +410,7 @@ def _torch_findings(facts: Facts) -> list[Finding]:
             Finding(
                 "torch-sees-no-cuda",
                 problem=(
-                    f"torch {facts.torch_version} is built for {facts.torch_gpu_build} but "
+                    f"torch {env.torch_version} is built for {env.torch_gpu_build} but "
                     f"sees no CUDA device.{said}"
                 ),
                 fix=(
@@ -455,14 +459,19 @@ def _inference_findings(facts: Facts) -> list[Finding]:
             )
         ]
     if check.status == "inconclusive":
-        if check.suggestion[:1] == ("--max-input-mib",):
+        if check.suggestion[:1] == ("--timeout",):
+            fix = (
+                f"Allow it more time with `{' '.join(check.suggestion)}`, give smaller inputs "
+                "with --input or --dim, or check the device alone with `--no-inference`."
+            )
+        elif check.suggestion[:1] == ("--max-input-mib",):
             fix = (
                 f"Allow the inputs with `{' '.join(check.suggestion)}`, give smaller ones "
                 "with --input or --dim, or check the device alone with `--no-inference`."
             )
         else:
-            named = ", ".join(map(repr, check.culprits)) or "the inputs"
-            options = " or ".join(f"`{hint}`" for hint in check.hints) or (
+            named = listed([repr(name) for name in check.culprits]) or "the inputs"
+            options = listed([f"`{hint}`" for hint in check.hints], separator=" or ") or (
                 "`--input NAME=SHAPE[:VALUE]` or `--dim NAME=N`"
             )
             fix = (
@@ -496,4 +505,6 @@ def _inference_findings(facts: Facts) -> list[Finding]:
 
 def _build(facts: Facts) -> str:
     owners = facts.module_owners
-    return ", ".join(map(str, owners)) if owners else f"onnxruntime {facts.onnxruntime_version}"
+    if owners:
+        return ", ".join(map(str, owners))
+    return f"onnxruntime {facts.environment.onnxruntime_version}"

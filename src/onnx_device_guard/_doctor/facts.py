@@ -7,13 +7,13 @@ touches torch's devices or onnxruntime.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
-from .._alignment import Mismatch
+from .core import Mismatch
 
 InferenceStatus = Literal["ok", "failed", "inconclusive", "skipped"]
 """How the test inference went.
@@ -77,8 +77,14 @@ class Environment:
     installed_distributions: tuple[InstalledDistribution, ...]
     available_providers: tuple[str, ...]
     torch_messages: tuple[str, ...] = ()
+    """What torch warned while looking for CUDA devices."""
     import_messages: tuple[str, ...] = ()
     """What onnxruntime said while it was imported."""
+
+    @property
+    def module_owners(self) -> tuple[InstalledDistribution, ...]:
+        """The installed distributions that provide the `onnxruntime` module."""
+        return tuple(dist for dist in self.installed_distributions if dist.provides_module)
 
 
 @dataclass(frozen=True)
@@ -90,18 +96,8 @@ class Facts:
 
     model: str
     """The model file, or a description of the packaged tiny model."""
-    onnx_device_guard_version: str
-    python: str
-    """Python's version and the platform, as one short string."""
-    torch_version: str
-    torch_gpu_build: str | None
-    """`"CUDA 12.4"` or `"ROCm 6.2"` for a GPU build of torch, `None` for a CPU-only one."""
-    torch_cuda_device_count: int
-    """How many CUDA devices torch sees (0 where it sees none)."""
-    onnxruntime_version: str
-    installed_distributions: tuple[InstalledDistribution, ...]
-    available_providers: tuple[str, ...]
-    """`onnxruntime.get_available_providers()`: the providers in this build."""
+    environment: Environment
+    """The machine's facts, the same for every model of a run."""
     requested_providers: tuple[str, ...]
     session_providers: tuple[str, ...]
     """`session.get_providers()`: the providers the session really runs."""
@@ -119,8 +115,6 @@ class Facts:
     """How many other things onnxruntime said (graph optimiser notes and the like)."""
     session_retry: str | None = None
     """onnxruntime's error when the first try to create the session failed and it retried."""
-    torch_messages: tuple[str, ...] = ()
-    """What torch warned while looking for CUDA devices."""
     seconds: float = 0.0
     """How long checking this model took, session and inference included."""
 
@@ -132,7 +126,7 @@ class Facts:
     @property
     def module_owners(self) -> tuple[InstalledDistribution, ...]:
         """The installed distributions that provide the `onnxruntime` module."""
-        return tuple(dist for dist in self.installed_distributions if dist.provides_module)
+        return self.environment.module_owners
 
 
 @dataclass(frozen=True)
@@ -189,3 +183,18 @@ def one_line(value: object, limit: int = 400) -> str:
         text = f"<{type(value).__name__} whose str() raised {type(error).__name__}>"
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def listed(items: Sequence[str], limit: int = 10, separator: str = ", ") -> str:
+    """`items` joined by commas, the first `limit` of them, saying how many more there are.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.facts import listed
+        >>> listed(["a", "b"])
+        'a, b'
+        >>> listed([f"x{number}" for number in range(5000)], limit=2)
+        'x0, x1 and 4998 more'
+    """
+    if len(items) <= limit:
+        return separator.join(items)
+    return f"{separator.join(items[:limit])} and {len(items) - limit} more"

@@ -1,9 +1,10 @@
 """Finding the model files the user named, and refusing what is not one, without hanging.
 
-Every question to the file system goes through `os.stat` first, so a path
-that is too long, a folder without search permission, a FIFO or a device
-gives a one-line `ModelInputError` instead of a traceback or a read that
-never returns.
+Every question to the file system is answered with a one-line
+`ModelInputError`, never a traceback or a read that never returns: a path
+that is too long, a folder without search permission, a FIFO or a device.
+A model file is opened once, without blocking, and checked as opened.
+Folders are walked without recursion, so no depth is too deep.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import errno
 import os
 import stat
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from .._errors import ModelInputError
+from .core import ModelInputError
 from .facts import ModelError
 
 MODEL_SUFFIX = ".onnx"
@@ -45,7 +47,7 @@ def file_problem(path: Path, error: OSError) -> str:
     shown = display_path(path)
     code = error.errno
     if code in (errno.ENOENT, errno.ENOTDIR):
-        return f"model file '{shown}' does not exist"
+        return f"the path '{shown}' does not exist"
     if code == errno.ENAMETOOLONG:
         return (
             f"'{shown}' is longer than the file system allows for a path or a file name "
@@ -71,13 +73,48 @@ def _stat(path: Path) -> os.stat_result:
         raise ModelInputError(f"'{display_path(path)}' is not a valid path: {error}") from None
 
 
-def check_model_file(path: Path) -> None:
-    """Raise `ModelInputError` unless `path` is a readable, non-empty regular file.
+@dataclass(frozen=True)
+class ModelBytes:
+    """A model file's content, read once, and the folder its external data lies in.
 
-    A FIFO, a socket or a device is refused without being opened, since
-    opening one can block forever.
+    `folder` is `None` when the folder's name is not valid UTF-8, which
+    onnxruntime cannot be given.
     """
-    mode = _stat(path)
+
+    content: bytes
+    folder: str | None
+
+
+def read_model_file(path: Path) -> ModelBytes:
+    """Read `path` once and return its content; raise `ModelInputError` unless it is a model.
+
+    The file is opened once, without blocking, and what was opened is
+    checked with `fstat`: a FIFO, a socket or a device is refused, even one
+    swapped in for the file after an earlier look, and what onnxruntime gets
+    are the bytes checked here.
+    """
+    _stat(path)  # the clearest message for a missing or unreachable path
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        descriptor = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise ModelInputError(file_problem(path, error)) from None
+    chunks: list[bytes] = []
+    try:
+        _refuse_non_model(path, os.fstat(descriptor))
+        while chunk := os.read(descriptor, 1 << 24):
+            chunks.append(chunk)
+    except OSError as error:
+        raise ModelInputError(file_problem(path, error)) from None
+    finally:
+        os.close(descriptor)
+    content = b"".join(chunks)
+    if not content:
+        raise ModelInputError(f"model file '{display_path(path)}' is empty, not an ONNX model")
+    return ModelBytes(content, _utf8_folder(path))
+
+
+def _refuse_non_model(path: Path, mode: os.stat_result) -> None:
     shown = display_path(path)
     if stat.S_ISDIR(mode.st_mode):
         raise ModelInputError(f"'{shown}' is a directory, not an ONNX model file")
@@ -86,30 +123,15 @@ def check_model_file(path: Path) -> None:
             f"'{shown}' is not a regular file (a FIFO, socket or device); "
             "give the path of an ONNX model file"
         )
-    if mode.st_size == 0:
-        raise ModelInputError(f"model file '{shown}' is empty, not an ONNX model")
+
+
+def _utf8_folder(path: Path) -> str | None:
+    folder = os.path.dirname(os.path.abspath(path))
     try:
-        with path.open("rb") as stream:
-            stream.read(1)
-    except OSError as error:
-        raise ModelInputError(file_problem(path, error)) from None
-
-
-def model_source(path: Path) -> str | bytes:
-    """What to hand `onnxruntime.InferenceSession`: the path, or the file's bytes.
-
-    onnxruntime takes a path only as UTF-8 text; a file whose name is not
-    valid UTF-8 is read here and passed by content.
-    """
-    text = str(path)
-    try:
-        text.encode("utf-8")
+        folder.encode("utf-8")
     except UnicodeEncodeError:
-        try:
-            return path.read_bytes()
-        except OSError as error:
-            raise ModelInputError(file_problem(path, error)) from None
-    return text
+        return None
+    return folder
 
 
 def is_directory(path: Path) -> bool:
@@ -145,20 +167,41 @@ def expand(paths: Sequence[Path]) -> list[Path | ModelError]:
     return found
 
 
-def _walk(folder: Path) -> Iterator[Path | ModelError]:
+def _walk(top: Path) -> Iterator[Path | ModelError]:
+    """The model files under `top`, depth first and sorted by name, without recursion.
+
+    A stack of listings still being read replaces recursion, so a tree of
+    any depth is walked; symbolic links to folders are not followed (no loops).
+    """
+    first = _listing(top)
+    if isinstance(first, ModelError):
+        yield first
+        return
+    stack = [iter(first)]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+        elif _is_folder(entry):
+            listing = _listing(Path(entry.path))
+            if isinstance(listing, ModelError):
+                yield listing
+            else:
+                stack.append(iter(listing))
+        elif entry.name.lower().endswith(MODEL_SUFFIX):
+            yield Path(entry.path)
+
+
+def _listing(folder: Path) -> list[os.DirEntry[str]] | ModelError:
     try:
         with os.scandir(folder) as listing:
-            entries = sorted(listing, key=lambda entry: entry.name)
+            return sorted(listing, key=lambda entry: entry.name)
     except OSError as error:
-        yield ModelError(display_path(folder), file_problem(folder, error))
-        return
-    for entry in entries:
-        path = Path(entry.path)
-        try:
-            directory = entry.is_dir(follow_symlinks=False)  # no symlink loops
-        except OSError:
-            directory = False
-        if directory:
-            yield from _walk(path)
-        elif entry.name.lower().endswith(MODEL_SUFFIX):
-            yield path
+        return ModelError(display_path(folder), file_problem(folder, error))
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False

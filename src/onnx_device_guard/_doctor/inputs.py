@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .._errors import ModelInputError
+from .core import ModelInputError
 
 SIZES = (1, 32, 224, 512, 1024)
 """The sizes tried in turn for every dynamic dimension."""
@@ -48,13 +48,42 @@ _TORCH_DTYPES: Mapping[str, torch.dtype] = {
     "tensor(bool)": torch.bool,
 }
 
-_BATCH_NAME = re.compile(r"(?i)^(n|b|bs|batch.*|.*_batch|num_batch.*|.*batch_size)$")
-_SAMPLE_RATE_NAME = re.compile(r"(?i)^(sr|fs|rate|.*sampl\w*_?rate.*|.*sample_rate.*)$")
-_MASK_NAME = re.compile(r"(?i)mask")
-# Names exporters make up for dimensions nobody named ("unk__214", "p2o.DynamicDimension.0").
-_GENERATED_NAME = re.compile(r"(?i)^(\?|unk__\d+|.*dynamicdimension.*|dim_?\d+|[a-z_]*\d+)$")
-
 Number = int | float | bool
+
+DIMENSION_ROLES: Mapping[str, str] = {
+    "batch": r"n|b|bs|batch.*|.*_batch|num_batch.*|.*batch_size",
+    "generated": r"\?|unk__\d+|.*dynamicdimension.*|dim_?\d+|[a-z_]*\d+",
+}
+"""What a dimension's name says about it: a role, and the names (any case) that have it.
+
+`batch`: held at 1 while the other dynamic dimensions grow. `generated`: a
+name an exporter made up (`unk__214`, `p2o.DynamicDimension.0`), which means
+no more than an unnamed dimension.
+"""
+
+DEFAULT_VALUES: tuple[tuple[str, str, Number], ...] = (
+    ("bool", r".*", False),
+    ("integer scalar", r"sr|fs|rate|.*sampl\w*_?rate.*", SAMPLE_RATE),
+    ("integer scalar", r".*", 1),
+    ("any", r".*mask.*", 1),
+    ("any", r".*", 0),
+)
+"""The value an input is filled with: the first row whose kind and name (any case) match.
+
+Speech models take a sample rate of 16000; a count or a length rejects 0;
+attention masks are ones; everything else is zeros.
+"""
+
+
+def has_role(dim: str, role: str) -> bool:
+    """Whether the dimension named `dim` has `role` in `DIMENSION_ROLES`.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.inputs import has_role
+        >>> has_role("batch_size", "batch"), has_role("unk__214", "generated")
+        (True, True)
+    """
+    return re.fullmatch(DIMENSION_ROLES[role], dim, re.IGNORECASE) is not None
 
 
 class UnbuildableInputError(Exception):
@@ -237,14 +266,19 @@ def default_value(model_input: ModelInput) -> Number:
         >>> default_value(ModelInput("x", (1, None), torch.float32))
         0
     """
-    if model_input.dtype == torch.bool:
-        return False
-    integer = not model_input.dtype.is_floating_point
-    if integer and model_input.scalar_like:
-        return SAMPLE_RATE if _SAMPLE_RATE_NAME.match(model_input.name) else 1
-    if _MASK_NAME.search(model_input.name):
-        return 1
+    kind = _kind(model_input)
+    for row_kind, pattern, value in DEFAULT_VALUES:
+        if row_kind in (kind, "any") and re.fullmatch(pattern, model_input.name, re.IGNORECASE):
+            return value
     return 0
+
+
+def _kind(model_input: ModelInput) -> str:
+    if model_input.dtype == torch.bool:
+        return "bool"
+    if not model_input.dtype.is_floating_point and model_input.scalar_like:
+        return "integer scalar"
+    return "tensor"
 
 
 def check_overrides(
@@ -349,13 +383,13 @@ def named_by_a_person(dim: str) -> bool:
         >>> named_by_a_person("height"), named_by_a_person("unk__214")
         (True, False)
     """
-    return not _GENERATED_NAME.match(dim)
+    return not has_role(dim, "generated")
 
 
 def _batch_like(dim: str | None, axis: int, rank: int) -> bool:
-    if isinstance(dim, str) and _BATCH_NAME.match(dim):
+    if isinstance(dim, str) and has_role(dim, "batch"):
         return True
-    unnamed = dim is None or bool(_GENERATED_NAME.match(dim))
+    unnamed = dim is None or has_role(dim, "generated")
     return unnamed and axis == 0 and rank >= 3
 
 

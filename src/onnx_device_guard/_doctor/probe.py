@@ -15,9 +15,10 @@ import difflib
 import math
 import platform
 import re
+import threading
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from importlib.resources import files
@@ -26,21 +27,26 @@ from typing import Any
 
 import torch
 
-from .._alignment import Mismatch, align_device_with_onnx_session, find_mismatch
-from .._devices import cuda_index
-from .._errors import ModelInputError
-from .._policy import device_policy
-from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
 from .capture import Captured, captured_output, clean_messages
+from .core import (
+    GPU_CAPABLE_EXECUTION_PROVIDERS,
+    Mismatch,
+    ModelInputError,
+    align_device_with_onnx_session,
+    cuda_index,
+    device_policy,
+    find_mismatch,
+)
 from .facts import (
     Environment,
     Facts,
     InferenceCheck,
     InstalledDistribution,
+    listed,
     one_line,
     tidy_error,
 )
-from .files import check_model_file, display_path, model_source
+from .files import ModelBytes, display_path, read_model_file
 from .inputs import (
     DEFAULT_MAX_INPUT_MIB,
     SEARCH_SECONDS,
@@ -49,7 +55,6 @@ from .inputs import (
     ModelInput,
     UnbuildableInputError,
     attempts,
-    check_overrides,
     declared_inputs,
     hint_for,
     make_tensors,
@@ -98,6 +103,31 @@ class InferenceOptions:
     dims: Mapping[str, int] = field(default_factory=dict)
     max_bytes: int = DEFAULT_MAX_INPUT_MIB * MIB
     run: bool = True
+    timeout: float = 60.0
+    """The most seconds the whole test inference may take, search included (`--timeout`)."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The onnxruntime module and the facts about the machine, probed once per run."""
+
+    ort: Any
+    env: Environment
+
+
+@dataclass(frozen=True)
+class Check:
+    """What to check each model with: the device, the providers, where a fallback goes."""
+
+    device: torch.device
+    providers: Sequence[ProviderSpec]
+    fallback: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    """The device a fallback goes to (`ONNX_DEVICE_GUARD_FALLBACK_DEVICE`, else cpu)."""
+    options: InferenceOptions = field(default_factory=InferenceOptions)
+
+
+GRACE_SECONDS = 5.0
+"""How long a stopped inference is waited for before it is abandoned."""
 
 
 def environment() -> tuple[Environment, Any]:
@@ -134,84 +164,84 @@ def default_device(env: Environment) -> torch.device:
 
 
 def check_model(
-    ort: Any,
-    env: Environment,
-    model: Path | None,
-    device: torch.device,
-    providers: Sequence[ProviderSpec],
-    options: InferenceOptions,
-) -> tuple[Facts, tuple[ModelInput, ...]]:
-    """Create `model`'s session, align `device` with it and run the test inference.
+    machine: Machine, check: Check, model: Path | None, wait: WaitHook | None = None
+) -> Facts:
+    """Create `model`'s session, align the device with it and run the test inference.
 
     Args:
-        ort: The onnxruntime module.
-        env: The machine's facts, from `environment`.
+        machine: onnxruntime and the machine's facts, from `environment`.
+        check: The device, providers and inference options.
         model: The ONNX model file; `None` uses the packaged tiny model.
-        device: The torch device to check.
-        providers: The execution providers to request, in order.
-        options: How to run the test inference.
-
-    Returns:
-        The facts, and the model's inputs as it declares them (empty when
-        they cannot be read).
+        wait: Called with the seconds spent while the inference runs (progress).
 
     Raises:
         ModelInputError: The model file is missing, unreadable or not an
-            ONNX model, or an `--input` does not fit it.
+            ONNX model.
     """
     started = time.perf_counter()
-    source: Path | str | bytes
-    if model is None:
-        source = (files("onnx_device_guard") / "data" / "tiny.onnx").read_bytes()
-        label = TINY_MODEL
-    else:
-        check_model_file(model)
-        source, label = model_source(model), display_path(model)
-    session, on_creation = create_session(ort, source, label, providers)
-    aligned, mismatch = align(session, device)
-    try:
-        inputs = declared_inputs(session)
-    except Exception:  # run_inference says why
-        inputs = ()
-    check_overrides(inputs, options.overrides, label)
+    label = TINY_MODEL if model is None else display_path(model)
+    session, on_creation = create_session(machine.ort, load_model(model), label, check.providers)
+    aligned, mismatch = align(session, check.device, check.fallback)
     with captured_output() as on_run:
-        inference = run_inference(session, aligned, options)
+        inference = run_with_deadline(session, aligned, check.options, wait)
     messages, omitted = clean_messages(
-        [*env.import_messages, *on_creation.messages(), *on_run.messages()],
+        [*machine.env.import_messages, *on_creation.messages(), *on_run.messages()],
         known=[inference.detail],
     )
-    facts = Facts(
+    return Facts(
         model=label,
-        onnx_device_guard_version=env.onnx_device_guard_version,
-        python=env.python,
-        torch_version=env.torch_version,
-        torch_gpu_build=env.torch_gpu_build,
-        torch_cuda_device_count=env.torch_cuda_device_count,
-        onnxruntime_version=env.onnxruntime_version,
-        installed_distributions=env.installed_distributions,
-        available_providers=env.available_providers,
-        requested_providers=tuple(name for name, _ in providers),
-        requested_provider_options={name: dict(opts) for name, opts in providers if opts},
+        environment=machine.env,
+        requested_providers=tuple(name for name, _ in check.providers),
+        requested_provider_options={name: dict(opts) for name, opts in check.providers if opts},
         session_providers=tuple(session.get_providers()),
-        session_provider_options={
-            str(name): {str(key): str(value) for key, value in values.items()}
-            for name, values in session.get_provider_options().items()
-        },
-        requested_device=device,
+        session_provider_options=_provider_options(session),
+        requested_device=check.device,
         aligned_device=aligned,
         mismatch=mismatch,
         inference=inference,
         onnxruntime_messages=tuple(messages),
         omitted_messages=omitted,
         session_retry=on_creation.retry(),
-        torch_messages=env.torch_messages,
         seconds=time.perf_counter() - started,
     )
-    return facts, inputs
 
 
-def align(session: object, device: torch.device) -> tuple[torch.device, Mismatch | None]:
+def model_inputs(machine: Machine, model: Path | None) -> tuple[ModelInput, ...] | None:
+    """The inputs `model` declares, read from a CPU session; `None` when they cannot be read.
+
+    Raises:
+        ModelInputError: The model file is missing, unreadable or not an ONNX model.
+    """
+    label = TINY_MODEL if model is None else display_path(model)
+    session, _ = create_session(
+        machine.ort, load_model(model), label, [("CPUExecutionProvider", {})]
+    )
+    try:
+        return declared_inputs(session)
+    except Exception:  # the inference says why
+        return None
+
+
+def load_model(model: Path | None) -> ModelBytes:
+    """The model's content: the packaged tiny model for `None`, else the file read once."""
+    if model is None:
+        return ModelBytes((files("onnx_device_guard") / "data" / "tiny.onnx").read_bytes(), None)
+    return read_model_file(model)
+
+
+def _provider_options(session: Any) -> dict[str, dict[str, str]]:
+    return {
+        str(name): {str(key): str(value) for key, value in values.items()}
+        for name, values in session.get_provider_options().items()
+    }
+
+
+def align(
+    session: object, device: torch.device, fallback: torch.device | str = "cpu"
+) -> tuple[torch.device, Mismatch | None]:
     """Align `device` with `session` through the library's core, in `"fallback"` mode.
+
+    A fallback goes to `fallback` (the library's `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`).
 
     Returns the aligned device and, when it differs from `device`, the core's
     explanation of the mismatch. Nothing is logged: the report says it all.
@@ -227,7 +257,7 @@ def align(session: object, device: torch.device) -> tuple[torch.device, Mismatch
         (device(type='cpu'), None)
     """
     with device_policy(warn=False):
-        aligned = align_device_with_onnx_session(session, device, "fallback", "cpu")
+        aligned = align_device_with_onnx_session(session, device, "fallback", fallback)
     return aligned, (find_mismatch(session, device) if aligned != device else None)
 
 
@@ -379,10 +409,17 @@ def suggest_provider(name: str, known: Iterable[str]) -> str | None:
 # The session.
 
 
+EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
+"""onnxruntime's session option: where a model loaded from bytes finds its external data."""
+
+
 def create_session(
-    ort: Any, source: Path | str | bytes, label: str, providers: Sequence[ProviderSpec]
+    ort: Any, model: ModelBytes, label: str, providers: Sequence[ProviderSpec]
 ) -> tuple[Any, Captured]:
     """Create the session as a program would, keeping what onnxruntime says meanwhile.
+
+    The model is handed over as the bytes read and checked once; its folder
+    goes with it, so that external data is found beside the file.
 
     Returns the session and what onnxruntime said while creating it: its
     warnings, what it printed (the banner of a retry with its fallback
@@ -390,24 +427,32 @@ def create_session(
     `ModelInputError` if no session can be created at all.
     """
     arguments = [(name, dict(options)) if options else name for name, options in providers]
-    model = source if isinstance(source, bytes) else str(source)
     with captured_output() as captured:
         try:
-            session = ort.InferenceSession(model, providers=arguments)
+            session = ort.InferenceSession(
+                model.content, _session_options(ort, model), providers=arguments
+            )
         except Exception as error:
             failure: Exception | None = error
         else:
             failure = None
     if failure is not None:
-        raise ModelInputError(session_error(label, failure))
+        raise ModelInputError(session_error(label, failure, model))
     return session, captured
+
+
+def _session_options(ort: Any, model: ModelBytes) -> Any:
+    options = ort.SessionOptions()
+    if model.folder is not None:
+        options.add_session_config_entry(EXTERNAL_DATA_FOLDER, model.folder)
+    return options
 
 
 # onnxruntime's errors quote a C++ function signature ("... failed:" comes after it).
 _CPP_NOISE = re.compile(r"^.*?\b(?:Load model from \S+ failed|failed):\s*", re.DOTALL)
 
 
-def session_error(label: str, error: BaseException) -> str:
+def session_error(label: str, error: BaseException, model: ModelBytes | None = None) -> str:
     """Say in one line why onnxruntime could not create a session for `label`.
 
     The reason onnxruntime gives is kept whole (up to a generous cut) and the
@@ -431,14 +476,92 @@ def session_error(label: str, error: BaseException) -> str:
         or "No graph was found" in text
     ):
         return f"'{label}' is not an ONNX model: onnxruntime cannot parse it ({reason})"
+    external = "external data" in text.lower() or "model_path must not be empty" in text
+    if model is not None and model.folder is None and external:
+        return (
+            f"the external data of '{label}' cannot be found: the name of its folder is not "
+            "valid UTF-8, which onnxruntime cannot take; move or rename it"
+        )
     return f"onnxruntime cannot create a session for '{label}': {reason}"
 
 
 # The inference.
 
 
+WaitHook = Callable[[float], None]
+"""Called, about ten times a second, with the seconds a running inference has taken."""
+
+
+class Stop:
+    """Asks a running test inference to end: no new attempt starts, the current run ends.
+
+    onnxruntime checks `RunOptions.terminate` between operators, including
+    inside a `Loop`, so a run that would take hours ends within moments.
+    """
+
+    def __init__(self, run_options: Any) -> None:
+        self.run_options = run_options
+        self.requested = False
+
+    def request(self) -> None:
+        """End the inference: the current run fails soon, and no other starts."""
+        self.requested = True
+        self.run_options.terminate = True
+
+
+def run_with_deadline(
+    session: Any, device: torch.device, options: InferenceOptions, wait: WaitHook | None = None
+) -> InferenceCheck:
+    """`run_inference` bounded by `options.timeout` seconds, stopped by Ctrl-C too.
+
+    The inference runs in a worker thread while this one waits in short
+    joins, so a `KeyboardInterrupt` is heard at once; it stops the run and
+    is raised again. At the deadline the run is stopped and the inference
+    is inconclusive.
+    """
+    if not options.run:
+        return InferenceCheck("skipped", "not run (--no-inference)")
+    import onnxruntime
+
+    stop = Stop(onnxruntime.RunOptions())
+    done: list[InferenceCheck] = []
+    worker = threading.Thread(
+        target=lambda: done.append(run_inference(session, device, options, stop)),
+        name="onnx-device-guard inference",
+        daemon=True,
+    )
+    started = time.monotonic()
+    worker.start()
+    try:
+        while worker.is_alive() and time.monotonic() - started < options.timeout:
+            worker.join(0.1)
+            if wait is not None:
+                wait(time.monotonic() - started)
+    except BaseException:  # Ctrl-C: end the run before saying so
+        stop.request()
+        worker.join(GRACE_SECONDS)
+        raise
+    if done:
+        return done[0]
+    stop.request()
+    worker.join(GRACE_SECONDS)
+    return _timed_out(options.timeout, ended=not worker.is_alive())
+
+
+def _timed_out(seconds: float, *, ended: bool) -> InferenceCheck:
+    left = "" if ended else " (and it did not stop, so it was left running)"
+    return InferenceCheck(
+        "inconclusive",
+        f"the test inference did not end within {seconds:g} seconds and was stopped{left}",
+        suggestion=("--timeout", str(math.ceil(seconds * 4))),
+    )
+
+
 def run_inference(
-    session: Any, device: torch.device, options: InferenceOptions | None = None
+    session: Any,
+    device: torch.device,
+    options: InferenceOptions | None = None,
+    stop: Stop | None = None,
 ) -> InferenceCheck:
     """Run the session on `device` with inputs that fit, searching if need be; never raise.
 
@@ -449,79 +572,109 @@ def run_inference(
     completes makes the check `ok`. A failure on the device (creating the
     tensors, binding them, or a run that completes from NumPy arrays but not
     from torch's tensors) makes it `failed`; a failure in the model's own
-    operators with every input set tried makes it `inconclusive`.
+    operators with every input set tried makes it `inconclusive`. Inputs
+    that cannot be read or built skip the run: nothing is the device's fault.
+    `stop` (from `run_with_deadline`) ends the search early.
     """
     options = options or InferenceOptions()
     if not options.run:
         return InferenceCheck("skipped", "not run (--no-inference)")
-    how = "run_with_iobinding" if device.type == "cuda" else "InferenceSession.run"
     try:
         inputs = declared_inputs(session)
     except UnbuildableInputError as error:
         return InferenceCheck("skipped", str(error))
     except Exception as error:
-        return InferenceCheck("failed", f"session.get_inputs() raised {_describe(error)}")
+        return InferenceCheck(
+            "skipped",
+            f"the model's inputs cannot be read: session.get_inputs() raised {_describe(error)}",
+        )
+    return _search(_Run(session, device, stop), inputs, options)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Where and how each attempt runs."""
+
+    session: Any
+    device: torch.device
+    stop: Stop | None
+
+    @property
+    def how(self) -> str:
+        return "run_with_iobinding" if self.device.type == "cuda" else "InferenceSession.run"
+
+    @property
+    def run_options(self) -> Any:
+        return None if self.stop is None else self.stop.run_options
+
+
+def _search(run: _Run, inputs: Sequence[ModelInput], options: InferenceOptions) -> InferenceCheck:
     started = time.monotonic()
+    budget = min(SEARCH_SECONDS, options.timeout)
     tried: list[tuple[InputSpec, ...]] = []
     last_error = ""
     for specs in attempts(inputs, options.overrides, options.dims):
         size = total_bytes(specs)
-        if size > options.max_bytes:
-            if not tried:
-                return _too_large(specs, size, options.max_bytes, inputs)
+        if size > options.max_bytes and not tried:
+            return _too_large(specs, size, options.max_bytes, inputs)
+        stopped = run.stop is not None and run.stop.requested
+        if size > options.max_bytes or stopped or (tried and time.monotonic() - started > budget):
             break  # larger sizes only get larger
-        if tried and time.monotonic() - started > SEARCH_SECONDS:
-            break
         tried.append(specs)
-        shown = _shown(specs)
-        failure = _attempt(session, specs, device)
+        failure = _attempt(run, specs)
+        shown = f"{run.how} on {run.device} with {_shown(specs)}"
         if failure is None:
-            return InferenceCheck("ok", f"{how} on {device} with {shown}", attempts=len(tried))
+            return InferenceCheck("ok", shown, attempts=len(tried))
         kind, what = failure
         if kind == "device":
-            return InferenceCheck(
-                "failed", f"{how} on {device} with {shown}: {what}", attempts=len(tried)
-            )
+            return InferenceCheck("failed", f"{shown}: {what}", attempts=len(tried))
         last_error = what
-    return _inconclusive(how, device, tried, last_error, inputs)
+    return _inconclusive(run, tried, last_error, inputs)
 
 
-def _attempt(
-    session: Any, specs: Sequence[InputSpec], device: torch.device
-) -> tuple[str, str] | None:
+def _attempt(run: _Run, specs: Sequence[InputSpec]) -> tuple[str, str] | None:
     """Run once; return None, or ("device" | "input", what went wrong)."""
+    device = run.device
     try:
         tensors = make_tensors(specs, device)
     except Exception as error:
         return "device", f"creating the inputs on {device} raised {_describe(error)}"
-    if device.type == "cuda":
+    if device.type != "cuda":
         try:
-            run_bound(session, specs, tensors, cuda_index(device))
+            _run_numpy(run, specs, tensors)
         except Exception as error:
-            if _DEVICE_ERROR.search(one_line(error, 100_000)):
-                return "device", f"raised {_describe(error)}"
-            try:  # the same inputs from host memory: does the model itself refuse them?
-                _run_numpy(session, specs, tensors)
-            except Exception:
-                return "input", f"raised {_describe(error)}"
-            return "device", (
-                f"raised {_describe(error)}; the same inputs as NumPy arrays through "
-                f"InferenceSession.run completed, so the session cannot read torch's tensors "
-                f"on {device}"
-            )
+            return "input", f"raised {_describe(error)}"
         return None
     try:
-        _run_numpy(session, specs, tensors)
+        run_bound(run.session, specs, tensors, cuda_index(device), run.run_options)
     except Exception as error:
-        return "input", f"raised {_describe(error)}"
+        return _bound_failure(run, specs, tensors, error)
     return None
 
 
-def _run_numpy(session: Any, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
-    session.run(
-        None,
-        {spec.name: tensor.cpu().numpy() for spec, tensor in zip(specs, tensors, strict=True)},
+def _bound_failure(
+    run: _Run, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor], error: Exception
+) -> tuple[str, str]:
+    """Whose fault a failed IO-bound run is: the device's, or the inputs'."""
+    if _DEVICE_ERROR.search(one_line(error, 100_000)):
+        return "device", f"raised {_describe(error)}"
+    try:  # the same inputs from host memory: does the model itself refuse them?
+        _run_numpy(run, specs, tensors)
+    except Exception:
+        return "input", f"raised {_describe(error)}"
+    return "device", (
+        f"raised {_describe(error)}; the same inputs as NumPy arrays through "
+        f"InferenceSession.run completed, so the session cannot read torch's tensors "
+        f"on {run.device}"
     )
+
+
+def _run_numpy(run: _Run, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
+    feeds = {spec.name: tensor.cpu().numpy() for spec, tensor in zip(specs, tensors, strict=True)}
+    if run.run_options is None:
+        run.session.run(None, feeds)
+    else:
+        run.session.run(None, feeds, run.run_options)
 
 
 def _too_large(
@@ -541,11 +694,7 @@ def _too_large(
 
 
 def _inconclusive(
-    how: str,
-    device: torch.device,
-    tried: Sequence[tuple[InputSpec, ...]],
-    error: str,
-    inputs: Sequence[ModelInput],
+    run: _Run, tried: Sequence[tuple[InputSpec, ...]], error: str, inputs: Sequence[ModelInput]
 ) -> InferenceCheck:
     culprits = mentioned_inputs(error, inputs) or tuple(
         model_input.name
@@ -559,6 +708,17 @@ def _inconclusive(
             f"each of the {len(tried)} input sets tried, from {_shown(tried[0])} "
             f"to {_shown(tried[-1])}"
         )
+    return InferenceCheck(
+        "inconclusive",
+        f"the model's own operators refused {what} ({run.how} on {run.device}); the last {error}",
+        culprits=culprits,
+        suggestion=("--no-inference",),
+        attempts=len(tried),
+        hints=_hints(culprits, inputs),
+    )
+
+
+def _hints(culprits: Sequence[str], inputs: Sequence[ModelInput]) -> tuple[str, ...]:
     by_name = {model_input.name: model_input for model_input in inputs}
     hints = [hint_for(by_name[name]) for name in culprits if name in by_name]
     hints += [
@@ -567,18 +727,15 @@ def _inconclusive(
         for dim in dict.fromkeys(by_name[name].dims if name in by_name else ())
         if isinstance(dim, str) and named_by_a_person(dim)
     ]
-    return InferenceCheck(
-        "inconclusive",
-        f"the model's own operators refused {what} ({how} on {device}); the last {error}",
-        culprits=culprits,
-        suggestion=("--no-inference",),
-        attempts=len(tried),
-        hints=tuple(hints),
-    )
+    return tuple(hints)
+
+
+SHOWN_INPUTS = 8
+"""How many inputs a report names before it says how many more there are."""
 
 
 def _shown(specs: Sequence[InputSpec]) -> str:
-    return ", ".join(map(str, specs)) or "no inputs"
+    return listed([str(spec) for spec in specs], SHOWN_INPUTS) or "no inputs"
 
 
 def _mib(size: int) -> str:
@@ -586,7 +743,11 @@ def _mib(size: int) -> str:
 
 
 def run_bound(
-    session: Any, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor], device_id: int
+    session: Any,
+    specs: Sequence[InputSpec],
+    tensors: Sequence[torch.Tensor],
+    device_id: int,
+    run_options: Any = None,
 ) -> None:
     """Bind `tensors` in place as the session's inputs, outputs on the same GPU, and run."""
     binding = session.io_binding()
@@ -604,7 +765,10 @@ def run_bound(
     if any(tensor.is_cuda for tensor in tensors):
         # onnxruntime runs on its own stream: the inputs must be written first.
         torch.cuda.synchronize(torch.device("cuda", device_id))
-    session.run_with_iobinding(binding)
+    if run_options is None:
+        session.run_with_iobinding(binding)
+    else:
+        session.run_with_iobinding(binding, run_options)
     binding.copy_outputs_to_cpu()  # returns once the outputs really exist
 
 

@@ -17,14 +17,20 @@ from .facts import Environment, Facts, ModelError, one_line
 
 
 def render_text(
-    facts: Facts, findings: tuple[Finding, ...], *, strict: bool, machine: bool = True
+    facts: Facts,
+    findings: tuple[Finding, ...],
+    *,
+    strict: bool,
+    machine: bool = True,
+    strict_by: str = "--strict",
 ) -> str:
     """Return the report a person reads: aligned facts, the verdict, numbered fixes.
 
     `machine=False` leaves out the facts about Python, torch and onnxruntime,
-    for a report that shows them once above several models.
+    for a report that shows them once above several models. `strict_by`
+    names what made the run strict (the option, or the environment).
     """
-    rows = [("model", facts.model), *(_machine_rows(facts) if machine else [])]
+    rows = [("model", facts.model), *(_machine_rows(facts.environment) if machine else [])]
     dropped = set(facts.requested_providers) - set(facts.session_providers)
     rows += [
         (
@@ -43,7 +49,7 @@ def render_text(
         ("seconds", f"{facts.seconds:.2f}"),
     ]
     lines = _rows(rows)
-    messages = [*facts.onnxruntime_messages, *facts.torch_messages]
+    messages = [*facts.onnxruntime_messages, *facts.environment.torch_messages]
     if messages or facts.omitted_messages:
         lines += ["", "What onnxruntime and torch said:"]
         lines += [_wrap(one_line(message), indent=4, first="  - ") for message in messages]
@@ -54,7 +60,7 @@ def render_text(
             )
     lines += ["", _wrap(headline(facts), indent=0)]
     if strict and facts.fell_back and verdict(facts) != "failed":
-        lines.append("--strict: the device had to be changed, so the exit status is 1.")
+        lines.append(f"{strict_by}: the device had to be changed, so the exit status is 1.")
     if facts.inference.suggestion:
         lines.append(
             _wrap(
@@ -139,17 +145,17 @@ def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) ->
         "exit_code": exit_code(facts, strict=strict),
         "seconds": round(facts.seconds, 3),
         "model": facts.model,
-        "onnx_device_guard_version": facts.onnx_device_guard_version,
-        "python": facts.python,
-        "torch_version": facts.torch_version,
-        "torch_gpu_build": facts.torch_gpu_build,
-        "torch_cuda_device_count": facts.torch_cuda_device_count,
-        "onnxruntime_version": facts.onnxruntime_version,
+        "onnx_device_guard_version": facts.environment.onnx_device_guard_version,
+        "python": facts.environment.python,
+        "torch_version": facts.environment.torch_version,
+        "torch_gpu_build": facts.environment.torch_gpu_build,
+        "torch_cuda_device_count": facts.environment.torch_cuda_device_count,
+        "onnxruntime_version": facts.environment.onnxruntime_version,
         "installed_distributions": [
             {"name": dist.name, "version": dist.version, "provides_module": dist.provides_module}
-            for dist in facts.installed_distributions
+            for dist in facts.environment.installed_distributions
         ],
-        "available_providers": list(facts.available_providers),
+        "available_providers": list(facts.environment.available_providers),
         "requested_providers": list(facts.requested_providers),
         "requested_provider_options": _plain(facts.requested_provider_options),
         "session_providers": list(facts.session_providers),
@@ -178,7 +184,7 @@ def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) ->
         "onnxruntime_messages": list(facts.onnxruntime_messages),
         "onnxruntime_messages_omitted": facts.omitted_messages,
         "session_retry": facts.session_retry,
-        "torch_messages": list(facts.torch_messages),
+        "torch_messages": list(facts.environment.torch_messages),
     }
 
 
@@ -204,35 +210,45 @@ def render_any_json(result: Facts | ModelError, *, strict: bool) -> dict[str, ob
 # Helpers.
 
 
-def _machine_rows(facts: Facts | Environment) -> list[tuple[str, str]]:
-    torch_line = facts.torch_version + (
-        f" ({facts.torch_gpu_build})" if facts.torch_gpu_build else " (CPU-only build)"
+def _machine_rows(env: Environment) -> list[tuple[str, str]]:
+    torch_line = env.torch_version + (
+        f" ({env.torch_gpu_build})" if env.torch_gpu_build else " (CPU-only build)"
     )
-    torch_line += f", CUDA devices visible: {facts.torch_cuda_device_count}"
-    owners = [dist for dist in facts.installed_distributions if dist.provides_module]
+    torch_line += f", CUDA devices visible: {env.torch_cuda_device_count}"
     installed = ", ".join(
         str(dist) if dist.provides_module else f"{dist} (add-on)"
-        for dist in facts.installed_distributions
+        for dist in env.installed_distributions
     )
-    if len(owners) > 1:
+    if len(env.module_owners) > 1:
         installed += "  <- more than one onnxruntime"
     return [
-        ("onnx-device-guard", f"{facts.onnx_device_guard_version}, Python {facts.python}"),
+        ("onnx-device-guard", f"{env.onnx_device_guard_version}, Python {env.python}"),
         ("torch", torch_line),
-        ("onnxruntime", facts.onnxruntime_version),
+        ("onnxruntime", env.onnxruntime_version),
         ("installed", installed or "(pip lists no onnxruntime distribution)"),
-        ("available providers", ", ".join(facts.available_providers)),
+        ("available providers", ", ".join(env.available_providers)),
     ]
 
 
 _LABEL_WIDTH = len("requested providers") + 2
 
 
+ROW_LIMIT = 2000
+"""The most characters a fact's row shows; the rest is counted, not printed."""
+
+
 def _rows(rows: Sequence[tuple[str, str]]) -> list[str]:
     return [
-        _wrap(value, indent=2 + _LABEL_WIDTH, first=f"  {label:<{_LABEL_WIDTH}}")
+        _wrap(_cut(value), indent=2 + _LABEL_WIDTH, first=f"  {label:<{_LABEL_WIDTH}}")
         for label, value in rows
     ]
+
+
+def _cut(value: str) -> str:
+    value = value.replace("\n", "\\x0a")  # a fact is one row, whatever a name holds
+    if len(value) <= ROW_LIMIT:
+        return value
+    return f"{value[:ROW_LIMIT]}... ({len(value) - ROW_LIMIT:,} more characters)"
 
 
 def _providers_line(

@@ -1,0 +1,124 @@
+"""What reaches a terminal: control characters escaped, verdicts in colour, progress.
+
+A model's input names, its path and onnxruntime's messages are text the
+doctor did not write; printed raw, an escape sequence among them could
+clear the screen or forge a verdict. `printable` escapes every control
+character but the newline, as the JSON report's escapes do.
+
+Colour marks the verdict words only, so the report stays plain text for a
+pipe, a file or a screen reader: on a terminal, unless `NO_COLOR` is set
+(any non-empty value), and also off a terminal when `FORCE_COLOR` is set;
+never with `--json`. Progress goes to stderr, and only when stderr is a
+terminal. The standard library covers all of this: `rich` would bring
+tables and spinners the report does not use, and a dependency and an import
+cost to every run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Mapping
+
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+_COLOURS: Mapping[str, str] = {
+    "OK": "32",  # green
+    "FALLBACK": "33",  # yellow
+    "INCONCLUSIVE": "33",
+    "FAILED": "31",  # red
+    "ERROR": "31",
+}
+_VERDICT = re.compile(rf"^({'|'.join(_COLOURS)}):", re.MULTILINE)
+
+
+def printable(text: str) -> str:
+    """`text` with every control character but the newline escaped, as `\\x1b`.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.terminal import printable
+        >>> printable("x\\x1b[2J\\x07 ok\\nnext")
+        'x\\\\x1b[2J\\\\x07 ok\\nnext'
+    """
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def colour_wanted(is_terminal: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether to colour a report: `NO_COLOR` wins, then `FORCE_COLOR`, then the terminal.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.terminal import colour_wanted
+        >>> colour_wanted(True, {}), colour_wanted(False, {"FORCE_COLOR": "1"})
+        (True, True)
+        >>> colour_wanted(True, {"NO_COLOR": "1", "FORCE_COLOR": "1"})
+        False
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("NO_COLOR"):
+        return False
+    return bool(environ.get("FORCE_COLOR")) or is_terminal
+
+
+def paint(report: str) -> str:
+    """Colour the verdict word that starts a line (`OK:`, `FAILED:`...) of `report`.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.terminal import paint
+        >>> paint("  model  m.onnx\\nOK: fine.")
+        '  model  m.onnx\\n\\x1b[32mOK\\x1b[0m: fine.'
+    """
+    return _VERDICT.sub(lambda match: f"\x1b[{_COLOURS[match[1]]}m{match[1]}\x1b[0m:", report)
+
+
+class Progress:
+    """One line of progress on the terminal's stderr, rewritten in place and cleared at the end.
+
+    It writes to its own copy of file descriptor 2, taken when it is made,
+    since the doctor sends descriptor 2 elsewhere while onnxruntime works.
+    When stderr is not a terminal it does nothing.
+    """
+
+    def __init__(self, descriptor: int | None = None) -> None:
+        self._descriptor: int | None = None
+        self._shown = False
+        try:
+            if descriptor is None and os.isatty(2):
+                descriptor = os.dup(2)
+        except OSError:
+            descriptor = None
+        self._descriptor = descriptor
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything is shown."""
+        return self._descriptor is not None
+
+    def show(self, text: str) -> None:
+        """Replace the progress line with `text` (cut to 79 characters)."""
+        line = printable(text)
+        line = line if len(line) <= 79 else line[:76] + "..."
+        self._write(f"\r\x1b[2K{line}")
+        self._shown = True
+
+    def clear(self) -> None:
+        """Remove the progress line, so the next output starts on a clean line."""
+        if self._shown:
+            self._write("\r\x1b[2K")
+            self._shown = False
+
+    def close(self) -> None:
+        """Clear the line and let go of the descriptor."""
+        self.clear()
+        if self._descriptor is not None:
+            descriptor, self._descriptor = self._descriptor, None
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+
+    def _write(self, text: str) -> None:
+        if self._descriptor is None:
+            return
+        try:
+            os.write(self._descriptor, text.encode("utf-8", "backslashreplace"))
+        except OSError:
+            self._descriptor = None

@@ -1,0 +1,85 @@
+"""The command as a separate process: what only a real process and its descriptors show.
+
+Each of these starts Python and imports torch, so they are few, and they
+start together.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+Runs = dict[str, "Future[subprocess.CompletedProcess[str]]"]
+
+
+def script() -> str:
+    """The installed ``onnx-device-guard`` console script, next to this Python."""
+    found = shutil.which("onnx-device-guard", path=str(Path(sys.executable).parent))
+    assert found, "onnx-device-guard is not installed next to this Python: pip install -e ."
+    return found
+
+
+def _shell(command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sh", "-c", command], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def _closed_stdout() -> subprocess.CompletedProcess[str]:
+    """The doctor alone with a pipe whose read end is closed: its own exit status."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(
+            [script(), "doctor", "--device", "cpu"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        os.close(write)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    """The processes, started together; each test waits for its own."""
+    missing = tmp_path_factory.mktemp("missing") / "missing.onnx"
+    doctor = f"'{script()}' doctor --device cpu"
+    commands = {
+        "module": f"'{sys.executable}' -m onnx_device_guard doctor --device cpu",
+        "stderr-closed": f"{doctor} '{missing}' 2>&-",
+    }
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures: Runs = {name: pool.submit(_shell, line) for name, line in commands.items()}
+        futures["closed-stdout"] = pool.submit(_closed_stdout)
+        yield futures
+
+
+class TestProcess:
+    def test_runs_as_a_module(self, runs: Runs) -> None:
+        """python -m onnx_device_guard doctor is the same command."""
+        done = runs["module"].result()
+
+        assert done.returncode == 0, done.stderr
+        assert "OK: the session reads tensors on 'cpu'." in done.stdout
+
+    def test_a_closed_pipe_ends_quietly(self, runs: Runs) -> None:
+        """`doctor | head -0`: nothing on stderr (no 'Exception ignored'), status 141."""
+        done = runs["closed-stdout"].result()
+
+        assert (done.returncode, done.stderr) == (141, "")
+
+    def test_with_stderr_closed_the_error_does_not_go_to_stdout(self, runs: Runs) -> None:
+        """`2>&-`: exit 2, and stdout stays empty."""
+        done = runs["stderr-closed"].result()
+
+        assert (done.returncode, done.stdout) == (2, "")
