@@ -80,7 +80,7 @@ def run(request: Request) -> int:
 
 def make_plan(request: Request) -> Plan:
     """Check the options and the environment, probe the machine; raise `ModelInputError`."""
-    defaults = read_environment()
+    mode, fallback = read_environment()
     device = None if request.device is None else parse_device(request.device)
     providers = None if request.providers is None else parse_providers(request.providers)
     options = inference_options(request)
@@ -89,14 +89,14 @@ def make_plan(request: Request) -> Plan:
     providers = providers or [(name, {}) for name in env.available_providers]
     check_provider_names([name for name, _ in providers], ort.get_all_providers())
     strict_by = "--strict" if request.strict else None
-    if strict_by is None and defaults.resolution_mode == "fail":
+    if strict_by is None and mode == "fail":
         strict_by = f"{RESOLUTION_MODE}=fail"
     return Plan(
         machine=Machine(ort, env),
         check=Check(
             device=default_device(env) if device is None else device,
             providers=providers,
-            fallback=defaults.fallback_device,
+            fallback=fallback,
             options=options,
         ),
         targets=targets,
