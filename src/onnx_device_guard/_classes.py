@@ -232,8 +232,13 @@ def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
 
     if init is not None:
         functools.update_wrapper(__init__, init)
-    else:
+    else:  # the signature is the inherited __init__'s: the call's arguments bind to it
         __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+        inherited = next(
+            k.__dict__["__init__"] for k in cls.__mro__[1:] if "__init__" in k.__dict__
+        )
+        if inherited is not object.__init__:
+            __init__.__wrapped__ = inherited  # type: ignore[attr-defined]
     setattr(__init__, _WRAPPER_MARK, True)
     return __init__
 

@@ -207,14 +207,14 @@ def _no_session(
         detail = (
             f" without the session attribute(s) {', '.join(repr(path) for path in source)} "
             f"named in session_attr={source!r}. Return a model that has them, fix "
-            "session_attr, or pass require_session=False to let results without a session "
-            "through."
+            "session_attr, or pass require_session=False for a model that opens its "
+            "sessions later (they are checked when they appear) or never."
         )
     elif source is not None:
         detail = (
             f", and session_attr={factory_name(source)} found no session on it. Make the "
-            "callable return the model's session(s), or pass require_session=False to let "
-            "results without a session through."
+            "callable return the model's session(s), or pass require_session=False for a "
+            "model that opens its sessions later (they are checked when they appear) or never."
         )
     else:
         shown = ", ".join(repr(path) for path in searched[:_SEARCHED_SHOWN])
@@ -224,7 +224,8 @@ def _no_session(
             f"get_providers() and run() among its instance attributes (searched {shown}"
             f"{f' and {more} more' if more > 0 else ''}). Return the model object, pass "
             "session_attr= naming the attribute (or dotted path) that holds its session, or "
-            "require_session=False to let results without a session through."
+            "require_session=False for a model that opens its sessions later (they are "
+            "checked when they appear) or never."
         )
     return _unusable(model, factory, detail)
 
