@@ -127,3 +127,14 @@ class TestDoctor:
         assert len(lines) == 1
         assert repr(device) in lines[0]
         assert captured.out == ""
+
+
+class TestMalformedIndices:
+    """An index written with leading zeros is malformed, not unaddressable."""
+
+    @pytest.mark.parametrize("text", ["cuda:01", "cuda:00000000000000000001", "cuda:007"])
+    def test_leading_zeros_are_called_malformed(self, text: str) -> None:
+        """Before: 'cuda:00000000000000000001' was said to have an index torch cannot address."""
+        with pytest.raises(ModelInputError, match="malformed") as info:
+            align_device_with_onnx_session(cpu_session(), text)
+        assert "cannot address" not in info.value.message

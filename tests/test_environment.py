@@ -88,13 +88,19 @@ class TestEachVariable:
             align_device_with_onnx_session(cpu_session(), "cuda:0")
         assert [record.levelno for record in records] == [level]
 
-    @pytest.mark.parametrize("value", ["", " fail ", "\tfail\n"])
+    @pytest.mark.parametrize("value", ["", " fail ", "\tfail\n", "   ", "\t\n"])
     def test_empty_means_unset_and_whitespace_is_ignored(
         self, environ: pytest.MonkeyPatch, value: str
     ) -> None:
-        """An empty variable is unset; whitespace around a value (shell quoting) is dropped."""
+        """Empty or only whitespace is unset; whitespace around a value is dropped.
+
+        Before: an empty value meant unset, but one of only whitespace was refused.
+        """
         set_and_reread(environ, ONNX_DEVICE_GUARD_RESOLUTION_MODE=value)
-        assert current_policy().resolution_mode == ("fallback" if not value else "fail")
+        assert current_policy().resolution_mode == ("fail" if value.strip() else "fallback")
+        for name in ("ONNX_DEVICE_GUARD_FALLBACK_DEVICE", "ONNX_DEVICE_GUARD_WARN"):
+            set_and_reread(environ, **{name: "  "})
+            assert (current_policy().fallback_device, current_policy().warn) == (CPU, True)
 
     def test_unset_gives_the_built_in_defaults(self, environ: pytest.MonkeyPatch) -> None:
         """With none set, the built-in defaults hold."""

@@ -34,13 +34,14 @@ def as_device(value: object, name: str) -> torch.device:
         # torch parses the index into a byte and wraps large numbers round (or
         # overflows on larger ones still): read the digits after the colon first.
         _, colon, written = value.rpartition(":")
-        if (
-            colon
-            and written.isascii()
-            and written.isdigit()
-            and (len(written) > len(str(MAX_DEVICE_INDEX)) or int(written) > MAX_DEVICE_INDEX)
-        ):
-            raise _unaddressable(name, value, short_repr(written).strip("'"))
+        if colon and written.isascii() and written.isdigit():
+            if len(written) > 1 and written.startswith("0"):
+                raise ModelInputError(
+                    f"{name}={short_repr(value)} is malformed: a device index is written "
+                    "without leading zeros, as in 'cuda:1'."
+                )
+            if len(written) > len(str(MAX_DEVICE_INDEX)) or int(written) > MAX_DEVICE_INDEX:
+                raise _unaddressable(name, value, short_repr(written).strip("'"))
         try:
             return torch.device(value)
         except (RuntimeError, ValueError, TypeError):

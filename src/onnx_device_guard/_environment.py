@@ -55,14 +55,16 @@ def read() -> Settings:
 def from_environment(environ: os._Environ[str] | dict[str, str]) -> Settings:
     """Return the defaults that the variables in `environ` set.
 
-    An unset or empty variable leaves the built-in default.
+    An unset variable, an empty one and one of only whitespace (a shell
+    quoting slip) all leave the built-in default; whitespace around a value
+    is dropped.
 
     Raises:
         ModelInputError: A variable holds a value it cannot take.
     """
-    mode = environ.get(RESOLUTION_MODE, "")
-    device = environ.get(FALLBACK_DEVICE, "")
-    warn = environ.get(WARN, "")
+    mode = environ.get(RESOLUTION_MODE, "").strip()
+    device = environ.get(FALLBACK_DEVICE, "").strip()
+    warn = environ.get(WARN, "").strip()
     return Settings(
         resolution_mode=_mode(mode) if mode else None,
         fallback_device=_device(device) if device else None,
