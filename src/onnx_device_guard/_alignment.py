@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -429,16 +430,23 @@ class Fallback:
         }
 
 
-def report_fallback(
-    fallback: Fallback,
-    warn: bool,
-    *,
-    applied: bool = True,
-    context: str = "",
-    outcome: str = "",
-    factory: str | None = None,
-    device_attr: str | None = None,
-) -> None:
+@dataclass(frozen=True)
+class Details:
+    """What a fallback report says about the model, beyond the mismatch itself."""
+
+    applied: bool = True
+    """Whether the model now uses the aligned device (`False`: it has no device attribute)."""
+    context: str = ""
+    """Ends the message: which model, which factory, where the device came from."""
+    outcome: str = ""
+    """Says what became of the model, instead of "Using ... instead." (a read-only attribute)."""
+    factory: str | None = None
+    """The factory's qualified name, for `odg_factory`."""
+    device_attr: str | None = None
+    """The model's device attribute, for `odg_device_attr`."""
+
+
+def report_fallback(fallback: Fallback, warn: bool, details: Details | None = None) -> None:
     """Report `fallback`: a `DeviceFallbackWarning` and a WARNING record, or DEBUG only.
 
     The warning points at the first frame outside this library (the user's
@@ -447,13 +455,18 @@ def report_fallback(
     level = logging.WARNING if warn else logging.DEBUG
     if not warn and not logger.isEnabledFor(level):
         return  # nothing to say: the texts are not even written
-    text = fallback.message(applied=applied, context=context, outcome=outcome)
+    details = details or Details()
+    text = fallback.message(
+        applied=details.applied, context=details.context, outcome=details.outcome
+    )
     if warn:
         _warn_at_caller(text)
     logger.log(
         level,
         text,
-        extra=fallback.fields(applied=applied, factory=factory, device_attr=device_attr),
+        extra=fallback.fields(
+            applied=details.applied, factory=details.factory, device_attr=details.device_attr
+        ),
     )
 
 

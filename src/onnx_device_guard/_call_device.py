@@ -11,7 +11,8 @@ fixed device or a function of the call's arguments.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -57,15 +58,16 @@ Asked = list[tuple[torch.device, str]]
 """Devices asked for, each with where it came from, in the order they are checked."""
 
 
-def asked_devices(
-    option: DeviceOption,
-    factory: object | None,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any] | None,
-    model: object,
-    *,
-    strict: bool,
-) -> Asked:
+@dataclass(frozen=True)
+class Call:
+    """A call of a factory: what returned the model, and with which arguments."""
+
+    factory: object
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def asked_devices(option: DeviceOption, call: Call | None, model: object, *, strict: bool) -> Asked:
     """The devices the call asks for: its `device` argument, then the `device=` option.
 
     The call's `device` argument counts when it is given and not `None`
@@ -75,46 +77,55 @@ def asked_devices(
     an attribute to go by, such a value (a package's own `"auto"` or `0`) is
     left to the package, with a DEBUG record.
     """
-    if factory is None:
+    if call is None:
         if option is not None and not isinstance(option, torch.device):
             raise ModelInputError(
                 f"device={factory_name(option)} is a callable of a factory call's arguments, "
                 "but there is no call here. Pass the device itself (device='cuda')."
             )
         return [] if option is None else [(option, "the device= option")]
-    asked: Asked = []
     try:
-        arguments = call_arguments(factory, args, {} if kwargs is None else kwargs, model)
+        arguments = call_arguments(call.factory, call.args, call.kwargs, model)
     except DeviceGuardError:
         if strict or (option is not None and not isinstance(option, torch.device)):
             raise
         arguments = {}  # the model's attribute says what it uses
+    asked: Asked = []
     value = arguments.get("device")
     if value is not None:
-        device = _as_asked(value, "the call's device argument", model, factory, strict)
+        device = _as_asked(value, "the call's device argument", model, call.factory, strict)
         if device is not None:
             asked.append((device, "the call's device argument"))
     if isinstance(option, torch.device):
         asked.append((option, "the device= option"))
     elif option is not None:
-        source = f"the device= callable {factory_name(option)}"
-        try:
-            value = option(arguments)
-        except Exception as error:
-            raise DeviceGuardError(
-                f"{describe(model, factory)}, and the device= callable {factory_name(option)} "
-                f"raised {error_text(error)} on the call's arguments {sorted(arguments)}."
-            ) from error
-        if value is None:
-            raise DeviceGuardError(
-                f"{describe(model, factory)}, and {source} gave None, which names no device "
-                "(a loader's 'pick one for me'). Make it return the device the model really "
-                "uses."
-            )
-        device = _as_asked(value, source, model, factory, True)
-        assert device is not None
-        asked.append((device, source))
+        asked.append(_from_callable(option, arguments, model, call.factory))
     return asked
+
+
+def _from_callable(
+    option: Callable[[dict[str, Any]], object],
+    arguments: dict[str, Any],
+    model: object,
+    factory: object,
+) -> tuple[torch.device, str]:
+    """The device the `device=` callable works out from the call's arguments."""
+    source = f"the device= callable {factory_name(option)}"
+    try:
+        value = option(arguments)
+    except Exception as error:
+        raise DeviceGuardError(
+            f"{describe(model, factory)}, and {source} raised {error_text(error)} on the "
+            f"call's arguments {sorted(arguments)}."
+        ) from error
+    if value is None:
+        raise DeviceGuardError(
+            f"{describe(model, factory)}, and {source} gave None, which names no device "
+            "(a loader's 'pick one for me'). Make it return the device the model really uses."
+        )
+    device = _as_asked(value, source, model, factory, True)
+    assert device is not None  # strict: a value that is no device raised
+    return device, source
 
 
 def _as_asked(

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ._call_device import Call
 from ._errors import DeviceGuardError, ModelInputError
 from ._lazy import stop_waiting
 from ._model_alignment import align_model
@@ -178,7 +179,7 @@ def _new_wrapper(cls: type, new: Any) -> Any:
         if not isinstance(instance, klass):
             guard = _nearest_guard(klass)
             if guard is not None:
-                align_model(instance, guard.options, klass, args, kwargs, guard.origin)
+                align_model(instance, guard.options, Call(klass, args, kwargs), guard.origin)
         return instance
 
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"
@@ -259,7 +260,7 @@ def _construct(
         ids.discard(key)
     guard = _nearest_guard(type(instance))
     if guard is not None:
-        align_model(instance, guard.options, type(instance), args, kwargs, guard.origin)
+        align_model(instance, guard.options, Call(type(instance), args, kwargs), guard.origin)
 
 
 def _inherited_init(cls: type) -> Callable[..., None]:

@@ -270,48 +270,57 @@ def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[st
     there). Returns the sessions found with their paths (each session once,
     under the first path it was found at), and the attribute paths searched.
     """
-    found: list[tuple[str, object]] = []
-    searched: list[str] = []
-    seen = {id(model)}
+    search = _Search(model)
     level: list[tuple[object, str]] = [(model, "")]
-    budget = MAX_VALUES
     for depth in range(1, MAX_DEPTH + 1):
         below: list[tuple[object, str]] = []
         for owner, owner_path in level:
             prefix = f"{owner_path}." if owner_path else ""
             for name, value in _instance_attributes(owner):
-                path = prefix + name
-                searched.append(path)
-                budget -= 1
-                if isinstance(value, _SCALARS):  # most attributes: nothing to look into
-                    continue
-                # Item paths are written out only for what is kept: a session, or
-                # an object to look into at the next level.
-                pending: list[tuple[str, tuple[object, ...], object, int]] = [(path, (), value, 0)]
-                while pending:
-                    base, keys, item, nesting = pending.pop()
-                    if isinstance(item, _SCALARS):
-                        continue
-                    if isinstance(item, _CONTAINERS):
-                        if nesting < MAX_NESTING:
-                            children = _items(item)
-                            budget -= len(children)
-                            pending.extend(
-                                (base, (*keys, key), child, nesting + 1)
-                                for key, child in reversed(children)
-                            )
-                        continue
-                    if id(item) in seen or isinstance(item, _LEAVES):
-                        continue
-                    seen.add(id(item))
-                    if is_session(item):
-                        found.append((_item_path(base, keys), item))
-                    elif depth < MAX_DEPTH:
-                        below.append((item, _item_path(base, keys)))
-                if budget < 0:
-                    return found, tuple(searched)
+                search.attribute(prefix + name, value, below if depth < MAX_DEPTH else None)
+                if search.budget < 0:
+                    return search.found, tuple(search.searched)
         level = below
-    return found, tuple(searched)
+    return search.found, tuple(search.searched)
+
+
+class _Search:
+    """One discovery's state: what it found, what it searched, what it has seen."""
+
+    def __init__(self, model: object) -> None:
+        self.found: list[tuple[str, object]] = []
+        self.searched: list[str] = []
+        self.seen = {id(model)}
+        self.budget = MAX_VALUES
+
+    def attribute(self, path: str, value: object, below: list[tuple[object, str]] | None) -> None:
+        """Look at one attribute's value: a session, an object for `below`, or containers.
+
+        Item paths are written out only for what is kept: a session, or an
+        object to look into at the next level (`below`, `None` at the last).
+        """
+        self.searched.append(path)
+        self.budget -= 1
+        pending: list[tuple[tuple[object, ...], object, int]] = [((), value, 0)]
+        while pending:
+            keys, item, nesting = pending.pop()
+            if isinstance(item, _SCALARS):  # most attributes: nothing to look into
+                continue
+            if isinstance(item, _CONTAINERS):
+                if nesting < MAX_NESTING:
+                    children = _items(item)
+                    self.budget -= len(children)
+                    pending.extend(
+                        ((*keys, key), child, nesting + 1) for key, child in reversed(children)
+                    )
+                continue
+            if id(item) in self.seen or isinstance(item, _LEAVES):
+                continue
+            self.seen.add(id(item))
+            if is_session(item):
+                self.found.append((_item_path(path, keys), item))
+            elif below is not None:
+                below.append((item, _item_path(path, keys)))
 
 
 _SCALARS = (str, bytes, int, float, complex, type(None))

@@ -22,6 +22,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
+from ._call_device import Call
 from ._classes import guard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
@@ -78,7 +79,7 @@ def device_guard(
 ) -> _Decorator: ...
 
 
-def device_guard(
+def device_guard(  # noqa: PLR0913 - one keyword per documented option
     wrapped: Any = None,
     /,
     *,
@@ -249,7 +250,7 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
         @functools.wraps(factory)
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
             model = await factory(*args, **kwargs)
-            align_model(model, options, factory, args, kwargs)
+            align_model(model, options, Call(factory, args, kwargs))
             return model
 
         return guarded_async
@@ -257,7 +258,7 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
     @functools.wraps(factory)
     def guarded_factory(*args: Any, **kwargs: Any) -> Any:
         model = factory(*args, **kwargs)
-        align_model(model, options, factory, args, kwargs)
+        align_model(model, options, Call(factory, args, kwargs))
         return model
 
     return guarded_factory

@@ -28,7 +28,7 @@ from typing import Any
 
 from ._messages import MISSING, logger
 
-_WAITING: dict[int, tuple[weakref.ref[Any], Callable[[], object]]] = {}
+_WAITING: dict[int, tuple[weakref.ref[Any], Callable[[Any], object]]] = {}
 """Models waiting for their sessions, by id: a weak reference and the check to run."""
 
 _LOCK = threading.Lock()
@@ -38,11 +38,11 @@ _HOOKED: dict[type, dict[str, Any]] = {}
 _MARK = "__onnx_device_guard_waits__"
 
 
-def await_sessions(model: object, check: Callable[[], object]) -> None:
-    """Run `check` after a call of `model`'s methods, until it stops waiting.
+def await_sessions(model: object, check: Callable[[Any], object]) -> None:
+    """Run `check(model)` after a call of `model`'s methods, until it stops waiting.
 
     `check` aligns the model and, when there is still no session, calls this
-    function again.
+    function again. Only a weak reference to the model is kept here.
     """
     key, waiting = id(model), _WAITING  # the callback may run at interpreter exit
 
@@ -76,7 +76,7 @@ def _after_call(instance: object) -> None:
     if entry is None or entry[0]() is not instance:
         return
     del _WAITING[id(instance)]
-    entry[1]()
+    entry[1](instance)
 
 
 def _hook(cls: type) -> bool:

@@ -9,14 +9,12 @@ load is never missed.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import torch
 
-from ._alignment import Fallback, plan_alignment, report_fallback
-from ._call_device import Asked, asked_devices
+from ._alignment import Details, Fallback, plan_alignment, report_fallback
+from ._call_device import Asked, Call, asked_devices
 from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
@@ -48,117 +46,141 @@ _SEARCHED_SHOWN = 12
 def align_model(
     model: object,
     options: GuardOptions,
-    factory: object | None = None,
-    args: tuple[Any, ...] = (),
-    kwargs: Mapping[str, Any] | None = None,
+    call: Call | None = None,
     origin: Origin | None = None,
 ) -> torch.device | None:
     """Align `model`'s device with its sessions; return the device they read.
 
     The sessions come from `options.session_attr` (by default `_session`,
     `session`, then discovery). Every device that was asked for is checked,
-    in this order: the `device` argument of the call of `factory` with
-    `args` and `kwargs`, the `device=` option, then the model's device
-    attribute, which gets the aligned device written back. The first that a
-    session cannot read is the one a message names: what the caller asked for
-    comes before what the model says about itself. A fallback is reported once,
-    after the write-back. With `options.follow`, the model then follows its
-    sessions (see `_follow`), its watches made for `origin`.
+    in this order: the `device` argument of the `call` that returned the
+    model, the `device=` option, then the model's device attribute, which
+    gets the aligned device written back. The first that a session cannot
+    read is the one a message names: what the caller asked for comes before
+    what the model says about itself. A fallback is reported once, after the
+    write-back. With `options.follow`, the model then follows its sessions
+    (see `_follow`), its watches made for `origin`.
 
     Returns `None`, and leaves the model as it is, when it holds no session
     and `options.require_session` is off; it is then checked again when its
     sessions appear (see `_lazy`).
     """
+    factory = None if call is None else call.factory
     found = find_sessions(model, options.session_attr, factory)
     attribute = find_device_attribute(model, options.device_attr, factory)
-    asked = asked_devices(options.device, factory, args, kwargs, model, strict=attribute is None)
-    return _align(model, options, factory, asked, origin, found, attribute)
+    asked = asked_devices(options.device, call, model, strict=attribute is None)
+    return _Load(options, factory, asked, origin).align(model, found, attribute)
 
 
-def align_asked(
-    model: object,
-    options: GuardOptions,
-    factory: object | None,
-    asked: Asked,
-    origin: Origin | None = None,
-) -> torch.device | None:
-    """`align_model` again, with the devices the call asked for read at load (`asked`)."""
-    found = find_sessions(model, options.session_attr, factory)
-    attribute = find_device_attribute(model, options.device_attr, factory)
-    return _align(model, options, factory, asked, origin, found, attribute)
+@dataclass(frozen=True)
+class _Load:
+    """What a load asked for, to align its model now and again later (a change, a call)."""
 
+    options: GuardOptions
+    factory: object | None
+    asked: Asked
+    origin: Origin | None = None
 
-def _align(
-    model: object,
-    options: GuardOptions,
-    factory: object | None,
-    asked: Asked,
-    origin: Origin | None,
-    found: tuple[list[tuple[str, object]], tuple[str, ...]],
-    attribute: DeviceAttribute | None,
-) -> torch.device | None:
-    sessions = [(path, session) for path, session in found[0] if session is not None]
-    if not sessions:
-        if options.require_session:
-            raise _no_session(model, factory, options.session_attr, found[1])
-        logger.debug(
-            "%s, which holds no onnxruntime session yet; checked again when it has one "
-            "(require_session=False).",
-            describe(model, factory),
-        )
-        await_sessions(model, lambda: align_asked(model, options, factory, asked, origin))
-        return None
-    checks: list[tuple[object, str]] = list(asked)
-    if attribute is not None:
-        checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
-    if not checks:
-        raise _no_device(model, factory)
-    names = [path for path, _ in sessions]
-    try:
-        mode, fallback, warn = in_force(options.settings)
-        devices = [(as_device(value, "device"), source) for value, source in checks]
-    except ModelInputError as error:
-        raise _in_context(error, model, factory, names, checks[-1][1]) from error
-    if options.follow:
-        fixed = replace(options, settings=Settings(mode, fallback, warn), follow=False)
-        watch(
-            model,
-            sessions,
-            lambda model, *change: align_asked(model, fixed, factory, asked),
-            key=id(options),
-            origin=origin,
-        )
-    report: Fallback | None = None
-    aligned: torch.device | None = None
-    for requested, source in devices:
-        try:
-            aligned, planned = plan_alignment(
-                [session for _, session in sessions], names, requested, mode, fallback
+    def again(self, model: object) -> torch.device | None:
+        """Align `model` again: its sessions and device attribute read anew."""
+        found = find_sessions(model, self.options.session_attr, self.factory)
+        attribute = find_device_attribute(model, self.options.device_attr, self.factory)
+        return self.align(model, found, attribute)
+
+    def align(
+        self,
+        model: object,
+        found: tuple[list[tuple[str, object]], tuple[str, ...]],
+        attribute: DeviceAttribute | None,
+    ) -> torch.device | None:
+        """Align `model`, whose sessions (with what was searched) and attribute were read."""
+        options, factory = self.options, self.factory
+        sessions = [(path, session) for path, session in found[0] if session is not None]
+        if not sessions:
+            if options.require_session:
+                raise _no_session(model, factory, options.session_attr, found[1])
+            logger.debug(
+                "%s, which holds no onnxruntime session yet; checked again when it has one "
+                "(require_session=False).",
+                describe(model, factory),
             )
-        except ModelInputError as error:
-            raise _in_context(error, model, factory, names, source) from error
-        except EnvironmentConfigurationError as error:
-            single = "" if len(names) > 1 else f"; session {names[0]!r}"
-            raise EnvironmentConfigurationError(
-                f"{error.message} ({context(model, factory)}{single}; device from {source})",
-                help_url=error.help_url,
-            ) from None
-        if report is None and planned is not None:
-            report, reported_from = planned, source
-    assert aligned is not None
-    if report is None:
+            await_sessions(model, self.again)
+            return None
+        names = [path for path, _ in sessions]
+        devices, (mode, fallback, warn) = self._devices(model, names, attribute)
+        if options.follow:
+            fixed = replace(
+                self,
+                options=replace(options, settings=Settings(mode, fallback, warn), follow=False),
+                origin=None,
+            )
+            watch(
+                model,
+                sessions,
+                lambda model, *change: fixed.again(model),
+                key=id(options),
+                origin=self.origin,
+            )
+        aligned, report, source = self._plan(model, sessions, devices, mode, fallback)
+        if report is None:
+            return aligned
+        outcome = "" if attribute is None else _write_back(model, factory, attribute, aligned)
+        details = Details(
+            applied=attribute is not None,
+            outcome=outcome,
+            context=f"{context(model, factory)}; device from {source}",
+            factory=None if factory is None else factory_name(factory),
+            device_attr=None if attribute is None else attribute.path,
+        )
+        report_fallback(report, warn, details)
         return aligned
-    outcome = "" if attribute is None else _write_back(model, factory, attribute, aligned)
-    report_fallback(
-        report,
-        warn,
-        applied=attribute is not None,
-        outcome=outcome,
-        context=f"{context(model, factory)}; device from {reported_from}",
-        factory=None if factory is None else factory_name(factory),
-        device_attr=None if attribute is None else attribute.path,
-    )
-    return aligned
+
+    def _devices(
+        self, model: object, names: list[str], attribute: DeviceAttribute | None
+    ) -> tuple[
+        list[tuple[torch.device, str]], tuple[DeviceMismatchResolutionMode, torch.device, bool]
+    ]:
+        """The devices to check, in order, with where each came from; the settings in force."""
+        checks: list[tuple[object, str]] = list(self.asked)
+        if attribute is not None:
+            checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
+        if not checks:
+            raise _no_device(model, self.factory)
+        try:
+            settings = in_force(self.options.settings)  # a bad variable is named in context
+            return [(as_device(value, "device"), source) for value, source in checks], settings
+        except ModelInputError as error:
+            raise _in_context(error, model, self.factory, names, checks[-1][1]) from error
+
+    def _plan(
+        self,
+        model: object,
+        sessions: list[tuple[str, object]],
+        devices: list[tuple[torch.device, str]],
+        mode: DeviceMismatchResolutionMode,
+        fallback: torch.device,
+    ) -> tuple[torch.device, Fallback | None, str]:
+        """Align each device with the sessions; the last aligned, the first fallback, its source."""
+        names = [path for path, _ in sessions]
+        first: tuple[Fallback | None, str] = (None, "")
+        aligned = devices[-1][0]
+        for requested, source in devices:
+            try:
+                aligned, planned = plan_alignment(
+                    [session for _, session in sessions], names, requested, mode, fallback
+                )
+            except ModelInputError as error:
+                raise _in_context(error, model, self.factory, names, source) from error
+            except EnvironmentConfigurationError as error:
+                single = "" if len(names) > 1 else f"; session {names[0]!r}"
+                raise EnvironmentConfigurationError(
+                    f"{error.message} ({context(model, self.factory)}{single}; "
+                    f"device from {source})",
+                    help_url=error.help_url,
+                ) from None
+            if first[0] is None and planned is not None:
+                first = (planned, source)
+        return aligned, *first
 
 
 def _write_back(
@@ -257,7 +279,7 @@ def _unusable(model: object, factory: object | None, detail: str) -> DeviceGuard
     return DeviceGuardError(describe(model, factory) + detail)
 
 
-def realign(
+def realign(  # noqa: PLR0913 - one keyword per documented option
     model: object,
     *,
     resolution_mode: DeviceMismatchResolutionMode | None = None,

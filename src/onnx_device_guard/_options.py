@@ -117,7 +117,7 @@ class GuardOptions:
         return ", ".join(given) if given else "no options"
 
 
-def guard_options(
+def guard_options(  # noqa: PLR0913 - one keyword per documented option
     *,
     resolution_mode: object = None,
     fallback_device: object = None,

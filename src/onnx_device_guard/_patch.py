@@ -35,6 +35,7 @@ from typing import Any
 
 import wrapt
 
+from ._call_device import Call
 from ._classes import guard_class, guarded_options, is_guarded, unguard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
@@ -57,7 +58,7 @@ _owners: dict[int, _Installation] = {}
 """The patches in place, by the id of what they put there (a wrapper or a guarded class)."""
 
 
-def patch(
+def patch(  # noqa: PLR0913 - one keyword per documented option
     target: str,
     /,
     *,
@@ -429,7 +430,7 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
                 wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
             ) -> Any:
                 model = await wrapped(*args, **kwargs)
-                align_model(model, options, wrapped, args, kwargs, origin)  # type: ignore[arg-type]
+                align_model(model, options, Call(wrapped, args, kwargs), origin)  # type: ignore[arg-type]
                 return model
 
         else:
@@ -438,7 +439,7 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
                 wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
             ) -> Any:
                 model = wrapped(*args, **kwargs)
-                align_model(model, options, wrapped, args, kwargs, origin)  # type: ignore[arg-type]
+                align_model(model, options, Call(wrapped, args, kwargs), origin)  # type: ignore[arg-type]
                 return model
 
         # The instance is never passed on: wrapt has already bound `wrapped`.
