@@ -160,8 +160,10 @@ def align_device_with_onnx_session(
       `session.get_provider_options()`, the device's index must match it
       too; `cuda` without an index stands for torch's current CUDA device
       (0 until CUDA is initialised).
-    * On a mismatch, `"fail"` raises and `"fallback"` logs a warning on
-      the `onnx_device_guard` logger and returns `fallback_device` (CPU by
+    * On a mismatch, `"fail"` raises; `"fallback"` issues a
+      [`DeviceFallbackWarning`][onnx_device_guard.DeviceFallbackWarning]
+      at the caller's line, logs the same text at WARNING on the
+      `onnx_device_guard` logger, and returns `fallback_device` (CPU by
       default) or, when only the index differs, `cuda:<device_id>`, the GPU
       the session runs on.
 

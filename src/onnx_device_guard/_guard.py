@@ -102,23 +102,32 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
     model object.
 
     The sessions: `session_attr` when given; otherwise `_session` or
-    `session`, and failing those every object with callable `get_providers`
-    and `run` found among the model's instance attributes, up to three
-    levels down, through lists, tuples and dicts (no property or method is
-    called to get there).
+    `session` when it holds a session, and failing those every object with
+    callable `get_providers` and `run` found among the model's instance
+    attributes (a package's own wrapper under `session` included), up to
+    three levels down, through lists, tuples and dicts (no property or
+    method is called to get there).
 
-    The device: the model's `_device` or `device` attribute (or
-    `device_attr`), which gets the aligned device. A model without one is
-    checked, not changed: against `device=` when given, else against the
-    factory call's own `device` argument (positional, keyword or default);
-    `"fallback"` then logs what a fallback would be and `"fail"` raises.
+    The devices checked, in this order: the factory call's own `device`
+    argument (positional, keyword or default; `None` leaves the choice to
+    the package), the `device=` option, then the model's `_device` or
+    `device` attribute (or `device_attr`). What the caller asked for comes
+    first, so a model that reports `cpu` cannot hide a request for `cuda`.
+    The model's attribute gets the aligned device written back (on the inner
+    object it really lives on, when the model forwards it through
+    `__getattr__`); a read-only one is left as it is and the report says
+    so. `"fallback"` reports once (a `DeviceFallbackWarning` at the caller's
+    line and a WARNING log record); `"fail"` raises, naming the device and
+    where it came from.
 
     Use it bare (`@device_guard`) or with options (`@device_guard(...)`),
     on functions, methods, static methods, class methods (stacked either way
     round with `@classmethod`) and `async def` factories, whose model is
     aligned once the coroutine has finished. The guarded factory keeps its
-    name, docstring, signature and types, and module-level functions and class
-    methods pickle by reference, so they can be sent to process pools.
+    name, docstring, signature and types. It is a plain function: module-level
+    functions and class methods pickle by reference, so they can be sent to
+    process pools, and cloudpickle (Ray, Dask) carries local ones and those
+    defined in `__main__` by value, guard and options included.
 
     Args:
         wrapped: The factory; given when the decorator is used bare.
@@ -137,19 +146,23 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
         device_attr: The attribute that holds the device; it must exist. By
             default the first of `_device` and `device` that the model has,
             so a public read-only `device` property over `_device` works.
-        device: For a model without a device attribute, the device it asks
-            for: a fixed device (`"cuda"`), or a callable that receives the
-            call's arguments as a dict (by parameter name, defaults included)
-            and returns one. By default the call's own `device` argument.
-        require_session: `False` lets a result that holds no session (a
-            loader's non-ONNX path) through unchanged; by default it is an
-            error.
+        device: The device the call asks for, checked besides the call's own
+            `device` argument and the model's attribute: a fixed device
+            (`"cuda"`), or a callable that receives the call's arguments as a
+            dict (by parameter name, defaults included) and returns one, for
+            loaders that say it with flags (`use_gpu`, `device_id`).
+        require_session: `False` lets a result that holds no session yet
+            through: its sessions are checked when they appear, after each
+            call of its public methods (and `__call__`) until they do, so a
+            model that opens them at its first call is reported (or raises)
+            from that call; one that never opens any is left alone. By
+            default a result without a session is an error.
         follow: `True` (the default) keeps each model it returns in line with
             its sessions after load: when a session's providers change
             (`set_providers`, or onnxruntime's own fallback to CPU after a
             GPU provider fails in `run()`), the model is aligned again at
             once, with the mode and fallback device in force at load. In
-            `"fallback"` mode its device is rewritten and one WARNING names
+            `"fallback"` mode its device is rewritten and one report names
             the old and new providers; in `"fail"` mode the call that changed
             the providers raises `EnvironmentConfigurationError`. Sessions
             hold the model only weakly. `False` aligns at load only.
