@@ -12,12 +12,11 @@ the unguarded answer.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytest
 from tests import test_following as following
-from tests.logs import recorded_logs
+from tests.logs import recorded_logs, warning_records
 
 from onnx_device_guard import patch
 from onnx_device_guard._follow import is_followed
@@ -41,10 +40,6 @@ def unguarded() -> list[float]:
     return probabilities(load_onnx())
 
 
-def warnings_in(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
-    return [record for record in records if record.levelno >= logging.WARNING]
-
-
 class TestSileroFollows:
     """A model from patched silero-vad follows its session's provider changes."""
 
@@ -56,7 +51,7 @@ class TestSileroFollows:
             with recorded_logs() as records:
                 model.session.set_providers([AZURE, CPU])
             assert model.session.get_providers() == [AZURE, CPU]
-            assert warnings_in(records) == []
+            assert warning_records(records) == []
             assert any(
                 record.getMessage()
                 == CHANGED + f"['{CPU}'] to ['{AZURE}', '{CPU}']. Aligning the model again."
@@ -68,9 +63,9 @@ class TestSileroFollows:
         """Asked for cuda, the CPU session warns at load and again on a change, naming both."""
         with patch(TARGET, device="cuda"), recorded_logs() as records:
             model = load_onnx()
-            assert len(warnings_in(records)) == 1
+            assert len(warning_records(records)) == 1
             model.session.set_providers([AZURE, CPU])
-        load_warning, change_warning = warnings_in(records)
+        load_warning, change_warning = warning_records(records)
         assert "odg_changed_session" not in vars(load_warning)
         assert change_warning.getMessage().startswith(
             CHANGED + f"['{CPU}'] to ['{AZURE}', '{CPU}']. The model asks for device 'cuda'"
@@ -92,7 +87,7 @@ class TestSileroFollows:
                 answer = probabilities(model)
         assert answer == unguarded
         assert model.session.get_providers() == [CPU]
-        assert warnings_in(records) == []
+        assert warning_records(records) == []
         assert any(
             record.getMessage().startswith(
                 CHANGED + "['CUDAExecutionProvider', 'CPUExecutionProvider'] to ['CPU"

@@ -37,3 +37,13 @@ def recorded_logs() -> Iterator[list[logging.LogRecord]]:
         logger.removeHandler(handler)
         logger.setLevel(level)
         logger.propagate = propagate
+
+
+def warning_records(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
+    """The records at WARNING, exactly."""
+    return [record for record in records if record.levelno == logging.WARNING]
+
+
+def warning_texts(records: list[logging.LogRecord]) -> list[str]:
+    """The messages of the records at WARNING, exactly."""
+    return [record.getMessage() for record in warning_records(records)]

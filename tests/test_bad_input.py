@@ -28,6 +28,7 @@ from onnx_device_guard import (
 from onnx_device_guard._policy import current_policy
 
 from .helpers import no_scope_left
+from .logs import recorded_logs
 from .sessions import (
     FakeSession,
     ReturningSession,
@@ -584,3 +585,77 @@ class TestFactoryErrors:
         with pytest.raises(EnvironmentConfigurationError):
             load()
         assert model.device == "cuda:0"
+
+
+class ComparesBadly:
+    """A value whose ``==`` raises, as numpy arrays do in a boolean context."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("The truth value of an array with more than one element is ambiguous")
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return "array(['fail', 'fail'])"
+
+
+class TestModeComparedBeforeItsTypeWasChecked:
+    """resolution_mode was compared with '==' before checking it was a str."""
+
+    @pytest.mark.parametrize(
+        "check",
+        [
+            lambda mode: align_device_with_onnx_session(cpu_session(), "cpu", mode),
+            lambda mode: device_policy(resolution_mode=mode),
+            lambda mode: device_guard(resolution_mode=mode),
+        ],
+        ids=["align", "device_policy", "device_guard"],
+    )
+    def test_value_with_odd_equality_is_a_model_input_error(self, check: Any) -> None:
+        """Before: the value's own ValueError escaped instead of a ModelInputError naming it."""
+        with pytest.raises(ModelInputError, match=r"got array\(\['fail', 'fail'\]\)"):
+            check(ComparesBadly())
+
+
+class LookupRaises:
+    """A lazy session proxy whose attribute lookup raises, as a broken ``__getattr__`` does."""
+
+    def __init__(self, error: Exception, providers: list[str] | None = None) -> None:
+        self._error = error
+        self._providers = providers
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "get_providers" and self._providers is not None:
+            return lambda: self._providers
+        raise self._error
+
+
+class TestSessionLookupLeakedItsError:
+    """A session whose attribute lookup raised something else than AttributeError leaked it."""
+
+    @pytest.mark.parametrize("error", [KeyError("get_providers"), RuntimeError("not loaded")])
+    @pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+    def test_get_providers_lookup(self, error: Exception, device: str) -> None:
+        """Before: the KeyError or RuntimeError itself escaped from the library."""
+        with pytest.raises(
+            ModelInputError, match=rf"session\.get_providers raised {type(error).__name__}"
+        ):
+            align_device_with_onnx_session(LookupRaises(error), device)
+
+    def test_get_provider_options_lookup(self) -> None:
+        """The optional get_provider_options: its error no longer escapes, nor fails the call.
+
+        A session that reads CUDA is aligned by provider type alone, with one
+        WARNING that names the error (before: a ModelInputError).
+        """
+        session = LookupRaises(KeyError("get_provider_options"), ["CUDAExecutionProvider"])
+        with recorded_logs() as records:
+            assert align_device_with_onnx_session(session, "cuda:0") == torch.device("cuda", 0)
+        assert "raised KeyError" in records[0].getMessage()
+
+    def test_attribute_error_still_means_absent(self) -> None:
+        """An AttributeError from the lookup still means the method is not there."""
+        session = LookupRaises(AttributeError("get_provider_options"), ["CUDAExecutionProvider"])
+        assert align_device_with_onnx_session(session, "cuda:1") == torch.device("cuda", 1)
+        with pytest.raises(ModelInputError, match="with a get_providers\\(\\) method"):
+            align_device_with_onnx_session(LookupRaises(AttributeError("x")), "cpu")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,7 @@ from onnx_device_guard import (
     device_guard,
 )
 
-from .logs import recorded_logs
+from .logs import recorded_logs, warning_records
 from .sessions import cpu_session, cuda_session
 
 
@@ -25,10 +24,6 @@ class NoDevice:
     """A loader's result that keeps a session but no device."""
 
     session: Any
-
-
-def warnings_of(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
-    return [record for record in records if record.levelno == logging.WARNING]
 
 
 class TestDeviceAttribute:
@@ -76,7 +71,7 @@ class TestCallArgument:
         with recorded_logs() as records:
             model = call(load)
         assert isinstance(model, NoDevice)
-        assert len(warnings_of(records)) == int(expected_warning)
+        assert len(warning_records(records)) == int(expected_warning)
 
     def test_checked_not_rewritten_in_fallback_mode(self) -> None:
         """The warning says what a fallback would be; the model is not touched."""
@@ -88,7 +83,7 @@ class TestCallArgument:
         with recorded_logs() as records:
             model = load()
         assert vars(model) == {"session": model.session}
-        [record] = warnings_of(records)
+        [record] = warning_records(records)
         message = record.getMessage()
         assert "left as it is; a fallback would use 'cpu'" in message
         assert "device argument" in message

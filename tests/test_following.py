@@ -37,7 +37,7 @@ from onnx_device_guard._follow import (
     watch,
 )
 
-from .logs import recorded_logs
+from .logs import recorded_logs, warning_texts
 from .sessions import ProvidersOnlySession
 
 CUDA = "CUDAExecutionProvider"
@@ -177,10 +177,6 @@ def new_real_session(tiny_model_path: Path) -> Callable[..., Any]:
         return onnxruntime.InferenceSession(str(tiny_model_path), providers=providers or [CPU])
 
     return make
-
-
-def warnings_in(records: list[logging.LogRecord]) -> list[str]:
-    return [r.getMessage() for r in records if r.levelno == logging.WARNING]
 
 
 X = np.zeros((1, 4), dtype=np.float32)
@@ -444,7 +440,7 @@ class TestRecords:
         with recorded_logs() as records:
             session.set_providers([CPU])
         change = describe_change(model, "s", GPU_PROVIDERS, (CPU,))
-        assert warnings_in(records) == [
+        assert warning_texts(records) == [
             f"{change} plain text, 100% literal",
             f"{change} with arguments, 100% escaped",
         ]
@@ -510,7 +506,7 @@ class TestFallbackMode:
         with recorded_logs() as records:
             session.set_providers([CPU])
         assert model.device == torch.device("cpu")
-        assert warnings_in(records) == []
+        assert warning_texts(records) == []
 
 
 class TestFailMode:
@@ -664,7 +660,7 @@ class TestLifetimes:
         with recorded_logs() as records:
             assert follower.watch(first, [("s", session)], Calls()) == 0
             assert follower.watch(second, [("s", session)], Calls()) == 0
-        warned = warnings_in(records)
+        warned = warning_texts(records)
         assert len(warned) == 1
         assert "cannot follow the sessions of" in warned[0]
         assert "Slotted" in warned[0]
@@ -687,7 +683,7 @@ class TestLifetimes:
             for _ in range(2):
                 session = SlottedSession()
                 assert follower.watch(Model(s=session), [("s", session)], Calls()) == 0
-        warned = warnings_in(records)
+        warned = warning_texts(records)
         assert len(warned) == 1
         assert "SlottedSession" in warned[0]
         assert "no instance __dict__" in warned[0]
@@ -712,7 +708,7 @@ class TestLifetimes:
         with recorded_logs() as records:
             assert follower.watch(Model(s=session), [("s", session)], Calls()) == 0
         assert written == []
-        assert "is a property" in warnings_in(records)[0]
+        assert "is a property" in warning_texts(records)[0]
 
     def test_a_session_without_set_providers_is_skipped_quietly(self, follower: Follower) -> None:
         """A session with no set_providers has nothing to follow: DEBUG only."""
@@ -723,7 +719,7 @@ class TestLifetimes:
         session = NeverWatchedBefore([CPU])
         with recorded_logs() as records:
             assert follower.watch(Model(s=session), [("s", session)], Calls()) == 0
-        assert warnings_in(records) == []
+        assert warning_texts(records) == []
         assert any("no set_providers" in r.getMessage() for r in records)
         assert "set_providers" not in vars(session)
 
@@ -777,7 +773,7 @@ class TestThreads:
                 thread.join()
         assert len(results) == len(pairs)
         assert all(model.device == torch.device("cpu") for _, model in pairs)
-        assert len(warnings_in(records)) == len(pairs)
+        assert len(warning_texts(records)) == len(pairs)
 
     def test_close_racing_watches_leaves_no_hook(self) -> None:
         """Loads that race close() leave no hook behind once close() has returned."""
@@ -891,7 +887,7 @@ class TestRealSessions:
         assert outputs[0].tolist() == [[1.0] * 4]
         assert session.get_providers() == [CPU]
         assert model.device == torch.device("cpu")
-        assert len(warnings_in(records)) == 1
+        assert len(warning_texts(records)) == 1
         assert "Falling back to ['CPUExecutionProvider'] and retrying." in capsys.readouterr().out
 
     def test_real_run_with_ort_values_fallback_moves_the_model(

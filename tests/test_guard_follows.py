@@ -36,7 +36,7 @@ from onnx_device_guard import (
 from onnx_device_guard._follow import is_followed
 
 from . import test_following as following
-from .logs import recorded_logs
+from .logs import recorded_logs, warning_records
 from .test_following import CPU, CUDA, GPU_PROVIDERS, EPFail, FallingBackSession
 
 AZURE = "AzureExecutionProvider"
@@ -71,10 +71,6 @@ class NoDevice:
 
     def __init__(self, session: Any) -> None:
         self.session = session
-
-
-def warnings_in(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
-    return [record for record in records if record.levelno == logging.WARNING]
 
 
 def at_least_warning(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
@@ -257,7 +253,7 @@ class TestFallbackMode:
             model.session.set_providers([CPU])
             model.session.set_providers(list(GPU_PROVIDERS))
         assert model.device == torch.device("cpu")
-        assert len(warnings_in(records)) == 1
+        assert len(warning_records(records)) == 1
 
     def test_a_new_device_id_moves_the_model_to_that_gpu(self) -> None:
         """A change of the CUDA provider's device_id alone moves the model to the session's GPU."""
@@ -453,7 +449,7 @@ class TestShapes:
             with recorded_logs() as records:
                 model.session.set_providers([CPU])
             assert model.device == torch.device("cpu")
-            assert len(warnings_in(records)) == 1
+            assert len(warning_records(records)) == 1
 
     def test_a_guarded_class_in_fail_mode(self) -> None:
         """An instance of a class guarded in "fail" mode makes set_providers raise."""
@@ -473,7 +469,7 @@ class TestShapes:
             with recorded_logs() as records:
                 model.session.set_providers([CPU])
         assert model.device == torch.device("cpu")
-        assert len(warnings_in(records)) == 1
+        assert len(warning_records(records)) == 1
 
 
 class TestSeveralSessions:
@@ -532,7 +528,7 @@ class TestSeveralSessions:
         with recorded_logs() as records:
             second.run(None, {"x": X})
         assert model.device == "cpu"
-        assert len(warnings_in(records)) == 1
+        assert len(warning_records(records)) == 1
 
 
 class TestLoadTimeOptions:
@@ -547,7 +543,7 @@ class TestLoadTimeOptions:
         with recorded_logs() as records, device_policy(resolution_mode="fail"):
             model.session.set_providers([CPU])
         assert model.device == torch.device("cpu")
-        assert len(warnings_in(records)) == 1
+        assert len(warning_records(records)) == 1
 
     def test_the_load_scopes_fallback_device_holds(self) -> None:
         """The fallback device in force at load wins over the one in force at the change."""
@@ -591,7 +587,7 @@ class TestLoadTimeOptions:
         model = load()
         with recorded_logs() as records, device_policy(warn=False):
             model.session.set_providers([CPU])
-        assert len(warnings_in(records)) == 1
+        assert len(warning_records(records)) == 1
 
     def test_a_change_in_another_thread_uses_the_load_mode(self) -> None:
         """A change in a new thread (an empty context) raises with the "fail" mode of the load."""
@@ -634,7 +630,7 @@ class TestLoadTimeOptions:
             thread.join()
         assert outputs[0][0].tolist() == ONE
         assert model.device == torch.device("meta")
-        assert len(warnings_in(records)) == 1
+        assert len(warning_records(records)) == 1
 
     def test_each_load_keeps_its_own_mode(self) -> None:
         """Two models from one guard, loaded under different scopes, each keep their own mode."""
@@ -758,7 +754,7 @@ class TestLifetimes:
         with recorded_logs() as records:
             shared.set_providers([CPU])
         assert (first.device, second.device) == (torch.device("cpu"), torch.device("meta"))
-        assert len(warnings_in(records)) == 2
+        assert len(warning_records(records)) == 2
 
     def test_loading_again_adds_no_hook(self) -> None:
         """Guarding the same session's models many times keeps one hook and one set_providers."""
@@ -773,7 +769,7 @@ class TestLifetimes:
             shared.set_providers([CPU])
         assert shared.set_calls == [([CPU], None)]
         assert all(model.device == torch.device("cpu") for model in models)
-        assert len(warnings_in(records)) == 3
+        assert len(warning_records(records)) == 3
 
     def test_nested_guards_warn_once(self) -> None:
         """A guarded factory calling another guarded factory: one hook, one WARNING."""
@@ -790,7 +786,7 @@ class TestLifetimes:
         with recorded_logs() as records:
             model.session.set_providers([CPU])
         assert model.device == torch.device("cpu")
-        assert len(warnings_in(records)) == 1
+        assert len(warning_records(records)) == 1
 
     def test_nested_guards_in_fail_mode_raise_once_and_log_nothing_else(self) -> None:
         """Nested guards in "fail" mode raise once for their one model and log no ERROR."""
@@ -840,7 +836,7 @@ class TestLifetimes:
         with recorded_logs() as records:
             model.session.set_providers([CPU])
         assert model.device == torch.device("cpu")
-        assert len(warnings_in(records)) == 1
+        assert len(warning_records(records)) == 1
 
 
 class TestSwitchingOff:
@@ -938,7 +934,7 @@ class TestPatchUndo:
         with recorded_logs() as records:
             assert realign(model) == torch.device("cpu")
         assert model.device == torch.device("cpu")
-        assert len(warnings_in(records)) == 1
+        assert len(warning_records(records)) == 1
 
     def test_undo_keeps_hooks_another_guard_needs(self, module: types.ModuleType) -> None:
         """A session also followed by another guard keeps its hook after the patch's undo()."""

@@ -52,10 +52,6 @@ class TwoTower:
     device: Any
 
 
-def warnings_of(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
-    return [record for record in records if record.levelno == logging.WARNING]
-
-
 class TestWriteBackBeforeLog:
     """The fallback is logged only once the device has been written back."""
 

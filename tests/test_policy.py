@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 import threading
 from collections.abc import Generator, Iterator
+from typing import Any
 
 import numpy
 import pytest
@@ -431,3 +433,98 @@ class TestOddOptionValues:
         assert "inside it instead" not in message
         assert "around each use of the generator" in message
         assert "pass the options explicitly" in message
+
+
+class ScopedMethods:
+    """device_policy stacked outside @classmethod and @staticmethod."""
+
+    @device_policy(resolution_mode="fail")
+    @classmethod
+    async def class_mode(cls) -> str:
+        await asyncio.sleep(0)
+        return str(current_policy().resolution_mode)
+
+    @device_policy(resolution_mode="fail")
+    @staticmethod
+    async def static_mode() -> str:
+        await asyncio.sleep(0)
+        return str(current_policy().resolution_mode)
+
+    @device_policy(resolution_mode="fail")
+    @classmethod
+    def sync_class_mode(cls) -> str:
+        return str(current_policy().resolution_mode)
+
+
+class TestPolicyOverAsyncClassmethodLostItsScope:
+    """device_policy over @classmethod/@staticmethod async def ran the body outside the scope."""
+
+    def test_async_classmethod_runs_in_the_scope(self) -> None:
+        """Before: the coroutine was returned un-awaited, so the body saw 'fallback'."""
+        assert asyncio.run(ScopedMethods.class_mode()) == "fail"
+        assert asyncio.run(ScopedMethods().class_mode()) == "fail"
+
+    def test_async_staticmethod_runs_in_the_scope(self) -> None:
+        """The same for a static method."""
+        assert asyncio.run(ScopedMethods.static_mode()) == "fail"
+
+    def test_sync_classmethod_still_runs_in_the_scope(self) -> None:
+        """The plain form worked before and still does; the scope ends with the call."""
+        assert ScopedMethods.sync_class_mode() == "fail"
+        assert current_policy().resolution_mode == "fallback"
+
+    def test_generator_inside_classmethod_is_refused(self) -> None:
+        """A generator hidden inside @classmethod is refused like a bare one."""
+
+        def rows(cls: type) -> Any:
+            yield cls
+
+        with pytest.raises(ModelInputError, match="generator function"):
+            device_policy(resolution_mode="fail")(classmethod(rows))  # type: ignore[type-var]
+
+
+@device_policy(resolution_mode="fail", fallback_device="meta")
+def strict_mode() -> str:
+    return str(current_policy().resolution_mode)
+
+
+@device_policy(resolution_mode="fail", fallback_device="meta")
+async def strict_mode_async() -> str:
+    return str(current_policy().resolution_mode)
+
+
+class PolicyMethods:
+    @classmethod
+    @device_policy(fallback_device="meta")
+    def fallback_of(cls) -> str:
+        return str(current_policy().fallback_device)
+
+
+class TestPolicyDecoratedFunctionsDidNotPickle:
+    """A function decorated with device_policy raised 'object proxy must define __reduce__()'."""
+
+    @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+    def test_module_level_function(self, protocol: int) -> None:
+        """Before: NotImplementedError from wrapt; now it pickles by reference, scope and all."""
+        restored = pickle.loads(pickle.dumps(strict_mode, protocol=protocol))
+        assert restored is strict_mode
+        assert restored() == "fail"
+
+    def test_async_function(self) -> None:
+        """The async form pickles the same way."""
+        restored = pickle.loads(pickle.dumps(strict_mode_async))
+        assert asyncio.run(restored()) == "fail"
+
+    def test_classmethod(self) -> None:
+        """A scoped classmethod pickles as a lookup on its class."""
+        assert pickle.loads(pickle.dumps(PolicyMethods.fallback_of))() == "meta"
+
+    def test_local_function_says_why(self) -> None:
+        """A function defined inside another cannot be found by name, and the error says so."""
+
+        @device_policy(resolution_mode="fail")
+        def local() -> None:
+            raise AssertionError("never called")
+
+        with pytest.raises((pickle.PicklingError, AttributeError), match="local object"):
+            pickle.dumps(local)

@@ -185,3 +185,40 @@ class TestAnyIterableOfProviderNames:
             assert align_device_with_onnx_session(Reports(providers), CUDA0) == torch.device("cpu")
         with pytest.raises(EnvironmentConfigurationError, match="CPUExecutionProvider"):
             align_device_with_onnx_session(Reports({"CPUExecutionProvider"}), CUDA0, "fail")
+
+
+def session_on(device_id: object) -> FakeSession:
+    return FakeSession(
+        ["CUDAExecutionProvider", "CPUExecutionProvider"],
+        {"CUDAExecutionProvider": {"device_id": device_id}},
+    )
+
+
+class TestDeviceIdBeyondTorchsRange:
+    """A device_id torch cannot address was turned into a wrong device, then into an error."""
+
+    @pytest.mark.parametrize("device_id", ["128", 128, "255", 256, 2**31, 2**70, "9" * 20])
+    @pytest.mark.parametrize("mode", ["fallback", "fail"])
+    def test_index_is_not_checked(self, device_id: object, mode: str) -> None:
+        """First cuda:-128 came back for 128; then a GPU session that reads cuda:0 raised.
+
+        Now the index is not checked (one WARNING names it) and the CUDA
+        provider alone decides: the device is kept.
+        """
+        with recorded_logs() as records:
+            aligned = align_device_with_onnx_session(
+                session_on(device_id),
+                "cuda:0",
+                mode,  # type: ignore[arg-type]
+            )
+        assert aligned == torch.device("cuda", 0)
+        assert [r.levelno for r in records] == [logging.WARNING]
+        assert f"device_id={device_id!r}" in records[0].getMessage()
+
+    def test_largest_addressable_index_still_aligns(self) -> None:
+        """cuda:127 is the last index torch keeps as it is; it still aligns normally."""
+        assert align_device_with_onnx_session(session_on("127"), "cuda:0") == torch.device(
+            "cuda", 127
+        )
+        with pytest.raises(EnvironmentConfigurationError, match="device_id 127"):
+            align_device_with_onnx_session(session_on(127), "cuda:0", "fail")
