@@ -38,9 +38,9 @@ CUDA = "CUDAExecutionProvider"
 
 
 def asked(arguments: dict[str, Any]) -> str:
-    """The device the call's `provider` argument asks for."""
-    provider = arguments.get("provider") or arguments.get("kwargs", {}).get("provider", "")
-    return "cuda" if "CUDA" in str(provider) else "cpu"
+    """The device the call's `provider` (or `providers`) argument asks for."""
+    names = arguments["providers"] or [arguments["provider"]]
+    return "cuda" if any("CUDA" in str(name) for name in names) else "cpu"
 
 
 @pytest.fixture(scope="module")
