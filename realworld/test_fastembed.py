@@ -131,12 +131,15 @@ class TestLazyLoad:
     def test_without_require_session_the_error_suggests_it(
         self, model_dir: str, tmp_path: Path
     ) -> None:
-        """No session at load is a DeviceGuardError that suggests require_session=False."""
+        """No session at load: a DeviceGuardError listing the paths searched, suggesting
+        session_attr= and require_session=False."""
         with (
             patch(TARGET, device=asked),
-            pytest.raises(DeviceGuardError, match="require_session=False"),
+            pytest.raises(DeviceGuardError, match="require_session=False") as raised,
         ):
             load(model_dir, tmp_path, cuda=True, lazy_load=True)
+        assert "'model'" in str(raised.value)  # the backend, searched
+        assert "session_attr=" in str(raised.value)
 
     def test_session_is_checked_when_it_appears(
         self,
