@@ -131,8 +131,7 @@ class TestLazyLoad:
     def test_without_require_session_the_error_suggests_it(
         self, model_dir: str, tmp_path: Path
     ) -> None:
-        """No session at load: a DeviceGuardError listing the paths searched, suggesting
-        session_attr= and require_session=False."""
+        """No session at load: a DeviceGuardError naming the paths searched and both options."""
         with (
             patch(TARGET, device=asked),
             pytest.raises(DeviceGuardError, match="require_session=False") as raised,
