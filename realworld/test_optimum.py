@@ -1,0 +1,120 @@
+"""optimum-onnx: a hub-style `from_pretrained` classmethod, on a tiny BERT made locally.
+
+`ORTModelForFeatureExtraction.from_pretrained(path, provider=...)` opens the
+session at `session` and sets `_device` from the session's first provider.
+On a CPU-only build optimum refuses `provider="CUDAExecutionProvider"` itself;
+on a GPU build whose CUDA libraries do not load, its availability check passes
+and the session silently runs on CPU, which the tests reproduce by disabling
+that check. The model then says `cpu`, so only the request, the call's
+`provider` argument read through `device=`, shows what was asked. The model
+is a one-layer BERT built from a `BertConfig` and exported once per module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onnx_device_guard import EnvironmentConfigurationError, patch
+
+from .conftest import no_fallback, one_fallback
+
+pytest.importorskip("optimum.onnxruntime")
+import optimum.onnxruntime.utils as ort_utils
+from optimum.onnxruntime import ORTModelForFeatureExtraction
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),  # onnxruntime's own fallback notice
+    pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
+]
+
+TARGET = "optimum.onnxruntime:ORTModelForFeatureExtraction.from_pretrained"
+CUDA = "CUDAExecutionProvider"
+
+
+def asked(arguments: dict[str, Any]) -> str:
+    """The device the call's `provider` (or `providers`) argument asks for."""
+    names = arguments["providers"] or [arguments["provider"]]
+    return "cuda" if any("CUDA" in str(name) for name in names) else "cpu"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny BERT's ONNX export."""
+    from .tinybert import tiny_bert_onnx
+
+    return tiny_bert_onnx(tmp_path_factory.mktemp("tinybert"))
+
+
+@pytest.fixture
+def cuda_libraries_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU build whose CUDA libraries do not load: optimum's check passes."""
+    monkeypatch.setattr(ort_utils, "validate_provider_availability", lambda provider: None)
+
+
+@pytest.mark.usefixtures("cuda_libraries_missing")
+class TestFromPretrained:
+    """patch() on optimum's ORTModelForFeatureExtraction.from_pretrained."""
+
+    def test_package_says_cpu_after_a_cuda_request(self, model_dir: Path) -> None:
+        """Unguarded, a CUDA request gives a CPU session and a model that says cpu."""
+        model = ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
+        assert model.providers == ["CPUExecutionProvider"]
+        assert str(model.device) == "cpu"
+
+    def test_call_provider_is_reported(
+        self, model_dir: Path, warnings_logged: Callable[[], list[Any]]
+    ) -> None:
+        """device= reading the call's provider is checked although the model says cpu."""
+        with patch(TARGET, device=asked), one_fallback(__file__, warnings_logged):
+            model = ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
+        assert str(model.device) == "cpu"
+
+    def test_fixed_device_option_is_reported(
+        self, model_dir: Path, warnings_logged: Callable[[], list[Any]]
+    ) -> None:
+        """A fixed device='cuda' option is checked as well as the model's _device."""
+        with patch(TARGET, device="cuda"), one_fallback(__file__, warnings_logged):
+            ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
+
+    def test_outputs_match_the_unguarded_model(self, model_dir: Path) -> None:
+        """The guarded model gives the same hidden states as an unguarded one."""
+        import numpy as np
+
+        feeds = {
+            "input_ids": np.array([[2, 5, 6, 3]], dtype=np.int64),
+            "attention_mask": np.ones((1, 4), dtype=np.int64),
+            "token_type_ids": np.zeros((1, 4), dtype=np.int64),
+        }
+        bare = ORTModelForFeatureExtraction.from_pretrained(model_dir)
+        with patch(TARGET, device=asked):
+            guarded = ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
+        expected = bare.session.run(None, feeds)[0]
+        assert (guarded.session.run(None, feeds)[0] == expected).all()
+
+    def test_cpu_load_is_quiet(
+        self, model_dir: Path, warnings_logged: Callable[[], list[Any]]
+    ) -> None:
+        """The default CPU provider matches: nothing is reported."""
+        with patch(TARGET, device=asked), no_fallback(warnings_logged):
+            ORTModelForFeatureExtraction.from_pretrained(model_dir)
+
+    def test_fail_mode_raises(self, model_dir: Path) -> None:
+        """resolution_mode='fail' raises out of from_pretrained, naming the cuda it was asked."""
+        with (
+            patch(TARGET, device=asked, resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError, match="cuda"),
+        ):
+            ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
+
+    def test_undo_restores_the_classmethod(self) -> None:
+        """After undo() the class holds the very classmethod object it had."""
+        before = vars(ORTModelForFeatureExtraction).get("from_pretrained")
+        with patch(TARGET, device=asked):
+            pass
+        assert vars(ORTModelForFeatureExtraction).get("from_pretrained") is before
