@@ -480,3 +480,37 @@ class TestDiscoveryAcrossThreads:
         with ThreadPoolExecutor(8) as pool:
             results = list(pool.map(discover, range(400)))
         assert all(paths == ["heads[0]", "stage.session"] for paths in results)
+
+
+class TestPlainRecords:
+    """A table of plain records is read a few entries deep, not to its end."""
+
+    def test_a_table_of_records_is_cut_short_and_the_session_still_found(self) -> None:
+        """Hundreds of records of one class (a file-type table): a few read, the session found."""
+
+        class ContentType:
+            def __init__(self, number: int) -> None:
+                self.name, self.extensions, self.is_text = f"type{number}", ["a", "b"], True
+
+        class Detector:
+            def __init__(self) -> None:
+                self.table = {f"type{n}": ContentType(n) for n in range(300)}
+                self.session = runnable_cpu_session()
+
+        found, searched = discover_sessions(Detector())
+        assert [path for path, _ in found] == ["session"]
+        assert len([path for path in searched if path.startswith("table[")]) <= 8 * 3
+
+    def test_records_holding_objects_are_all_read(self) -> None:
+        """Objects of one class that hold more than plain values are each looked into."""
+
+        class Stage:
+            def __init__(self, session: object) -> None:
+                self.name, self.runner = "stage", session
+
+        class Pipeline:
+            def __init__(self) -> None:
+                self.stages = [Stage(runnable_cpu_session()) for _ in range(12)]
+
+        found, _ = discover_sessions(Pipeline())
+        assert len(found) == 12

@@ -301,6 +301,7 @@ class _Search:
         """
         self.searched.append(path)
         self.budget -= 1
+        records: dict[type, int] = {}  # plain records seen per class, in this attribute
         pending: list[tuple[tuple[object, ...], object, int]] = [((), value, 0)]
         while pending:
             keys, item, nesting = pending.pop()
@@ -319,8 +320,44 @@ class _Search:
             self.seen.add(id(item))
             if is_session(item):
                 self.found.append((_item_path(path, keys), item))
+            elif keys and _skipped_as_record(item, records):
+                continue
             elif below is not None:
                 below.append((item, _item_path(path, keys)))
+
+
+RECORDS_LOOKED_AT = 8
+"""How many plain records of one class in one container discovery reads before it skips them.
+
+A plain record (only strings, numbers and flat lists or dicts of them, as
+a file-type table holds) cannot hold a session; once this many of one class
+proved plain, the rest of that class in the same container are taken to be
+like them.
+"""
+
+
+def _skipped_as_record(item: object, records: dict[type, int]) -> bool:
+    """Whether `item`, an object inside a container, is a plain record to skip."""
+    cls = type(item)
+    seen = records.get(cls, 0)
+    if seen >= RECORDS_LOOKED_AT:
+        return True
+    if not all(_flat(value) for _, value in _instance_attributes(item)):
+        return False
+    records[cls] = seen + 1
+    return True
+
+
+def _flat(value: object) -> bool:
+    """Whether `value` is a plain value, or a list, tuple or dict of plain values."""
+    if isinstance(value, _SCALARS):
+        return True
+    if isinstance(value, _CONTAINERS):
+        return all(
+            isinstance(key, _SCALARS) and isinstance(child, _SCALARS)
+            for key, child in _items(value)
+        )
+    return False
 
 
 _SCALARS = (str, bytes, int, float, complex, type(None))
