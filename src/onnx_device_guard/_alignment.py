@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -472,8 +471,8 @@ def report_fallback(fallback: Fallback, warn: bool, details: Details | None = No
     )
 
 
-_OWN_FILES = (os.path.dirname(__file__) + os.sep, contextlib.__file__)
-"""Frames in these files are the library's (and a `contextmanager`'s), never the user's."""
+_OWN_FILES = (os.path.dirname(__file__) + os.sep,)
+"""Frames in these files are the library's, never the user's."""
 
 
 def _warn_at_caller(text: str) -> None:
@@ -487,7 +486,6 @@ def _warn_at_caller(text: str) -> None:
     warnings.warn(text, DeviceFallbackWarning, stacklevel=level)
 
 
-@contextmanager
 def aligned_device(
     session: object | Sequence[object],
     device: DeviceLike,
@@ -495,8 +493,8 @@ def aligned_device(
     resolution_mode: DeviceMismatchResolutionMode | None = None,
     fallback_device: DeviceLike | None = None,
     warn: bool | None = None,
-) -> Iterator[torch.device]:
-    """Align `device` with `session` (or with several sessions) on entry and yield the result.
+) -> AbstractContextManager[torch.device]:
+    """Align `device` with `session` (or with several sessions) on entry; give the result.
 
     The options also hold for the whole block, as a
     [`device_policy`][onnx_device_guard.device_policy] scope with the same
@@ -515,8 +513,9 @@ def aligned_device(
         warn: `False` logs fallbacks at DEBUG level instead of WARNING;
             `None` keeps the enclosing scope's.
 
-    Yields:
-        The aligned `torch.device`.
+    Returns:
+        A context manager whose `with ... as device` gives the aligned
+        `torch.device`.
 
     Raises:
         ModelInputError: An argument cannot be used (see
@@ -555,13 +554,37 @@ def aligned_device(
         ...     device
         device(type='cpu')
     """
-    sessions = _session_list(session)
-    with device_policy(resolution_mode=resolution_mode, fallback_device=fallback_device, warn=warn):
-        if sessions is None:
-            yield align_device_with_onnx_session(session, device)
-        else:
-            names = [f"sessions[{number}]" for number in range(len(sessions))]
-            yield align_device_with_onnx_sessions(sessions, device, names=names)
+    scope = device_policy(
+        resolution_mode=resolution_mode, fallback_device=fallback_device, warn=warn
+    )
+    return _AlignedDevice(_session_list(session), session, device, scope)
+
+
+class _AlignedDevice:
+    """`aligned_device`'s block: a scope entered, then the device aligned inside it.
+
+    A class rather than a `contextmanager` generator, so a fallback warning
+    points at the user's `with` line, not into `contextlib`.
+    """
+
+    def __init__(
+        self, sessions: list[object] | None, session: object, device: object, scope: device_policy
+    ) -> None:
+        self._sessions, self._session, self._device, self._scope = sessions, session, device, scope
+
+    def __enter__(self) -> torch.device:
+        self._scope.__enter__()
+        try:
+            if self._sessions is None:
+                return align_device_with_onnx_session(self._session, self._device)  # type: ignore[arg-type]
+            names = [f"sessions[{number}]" for number in range(len(self._sessions))]
+            return align_device_with_onnx_sessions(self._sessions, self._device, names=names)  # type: ignore[arg-type]
+        except BaseException:
+            self._scope.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._scope.__exit__(None, None, None)
 
 
 def _session_list(value: object) -> list[object] | None:
