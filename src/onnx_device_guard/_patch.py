@@ -112,6 +112,10 @@ def patch(
     pool, Ray, Dask) arrives guarded with the same options. A patched class
     arrives as that process's own class, unpatched: patch in each worker.
 
+    A module reloaded (`importlib.reload`) or imported again while it is
+    patched gets the patch again. Builtins and other functions written in C
+    are refused: they are shared by every module that imports them.
+
     Args:
         target: `"module:attribute"`, where the attribute is a function, a
             class, or `Class.method`.
@@ -133,8 +137,9 @@ def patch(
     Raises:
         ModelInputError: The target string is malformed; its package is not
             installed; the target does not exist in its loaded module (or,
-            for a module imported later, when it is imported); an option is
-            unusable; or the target is already patched with other options.
+            for a module imported later, when it is imported); it is a
+            builtin or another callable written in C; an option is unusable;
+            or the target is already patched with other options.
 
     Examples:
         A module that loads a model whose session onnxruntime left on CPU:
