@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import pickle
@@ -563,6 +564,15 @@ class TestErrors:
         with patch(loaded_package.target(".models:callable_load")):
             assert models.callable_load().device == "cpu"
         assert models.callable_load().device == "cuda"
+
+    def test_a_cached_loader_is_patched(self, loaded_package: FakePackage) -> None:
+        """``functools.lru_cache`` makes a C object, but around Python code: it can be patched."""
+        models = loaded_package.module(".models")
+        models.cached_load = functools.lru_cache(models.load)  # type: ignore[attr-defined]
+        with patch(loaded_package.target(".models:cached_load")):
+            assert models.cached_load().device == "cpu"
+        models.cached_load.cache_clear()
+        assert models.cached_load().device == "cuda"
 
     def test_a_package_that_is_not_installed_is_refused_at_once(self) -> None:
         """Waiting for ``nosuchpkg_xyz`` would wait forever: the error names it."""

@@ -457,10 +457,11 @@ class _Installation:
 def _not_patchable(value: object) -> str | None:
     """Why `value` cannot be patched, or `None` when it can (a class is checked elsewhere).
 
-    A Python function (or a wrapper around one, which has its `__code__`),
-    a class or static method of one, an instance of a Python class that
-    defines `__call__`, or a `functools.partial` of any of these can be. A
-    builtin, a method descriptor or any other callable implemented in C
+    A Python function (or a wrapt wrapper around one, which has its
+    `__code__`), a class or static method of one, an instance of a Python
+    class that defines `__call__`, or a `functools.partial` of any of these,
+    or a C wrapper that names one as its `__wrapped__` (`functools.lru_cache`)
+    can be. A builtin, a method descriptor or any other callable written in C
     cannot: such objects are shared by every module that imports them.
     """
     function = value.__func__ if isinstance(value, classmethod | staticmethod) else value
@@ -468,6 +469,9 @@ def _not_patchable(value: object) -> str | None:
         return _not_patchable(function.func)
     if hasattr(function, "__code__"):
         return None
+    wrapped = getattr(function, "__wrapped__", None)
+    if wrapped is not None and wrapped is not function:
+        return _not_patchable(wrapped)
     native = (
         types.BuiltinFunctionType,
         types.MethodDescriptorType,
