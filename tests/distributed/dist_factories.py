@@ -188,7 +188,7 @@ class Loader:
 try:
     from distributed import WorkerPlugin
 except ImportError:  # pragma: no cover - the distributed session installs it
-    WorkerPlugin = object  # type: ignore[assignment,misc]
+    WorkerPlugin = object  # type: ignore[assignment,misc,unused-ignore]
 
 
 class PatchPlugin(WorkerPlugin):  # type: ignore[misc,valid-type,unused-ignore]
