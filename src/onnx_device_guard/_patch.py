@@ -19,9 +19,11 @@ applied again. `_ReloadFinder`, first on `sys.meta_path` from the first
 patch on, does it: for a module with a patch in place, and only for one, it
 wraps the loader that the other finders return, and after that loader's
 `exec_module` applies the module's patches to what the module now holds.
-Everything else it leaves to the next finder. A patch that can no longer be
-applied (the reloaded module lacks the target) raises `ModelInputError` out
-of the reload, and its handles report `active` as false.
+Everything else it leaves to the next finder. A reload runs the new code in
+the module's old namespace, so a target the new code no longer defines is
+still there, guarded. A patch that can no longer be applied (a module
+imported anew without the target) raises `ModelInputError` out of that
+import, and its handles report `active` as false.
 
 Patching one target again while it is patched wraps nothing twice: it returns
 another handle on the same patch (a count of handles keeps it in place until
@@ -272,9 +274,9 @@ class Patch:
     def active(self) -> bool:
         """Whether this handle has not been undone, and its patch is in place.
 
-        A patch is lost, and this false, when its module is reloaded without
-        the target (`importlib.reload` raised `ModelInputError` then); a
-        reload that keeps the target gets the patch applied again.
+        A module reloaded or imported again gets its patches again. A patch
+        is lost, and this false, when the module, executed again, no longer
+        holds the target: the import or reload raised `ModelInputError` then.
         """
         return not self._undone and not self._installation.lost
 
