@@ -462,29 +462,37 @@ class TestManyConcurrentLoads:
 
     N = 200
 
+    ROUNDS = 3
+
     def measure(
         self, submit_all: Callable[[bool], list[Any]], engine: str, figures: list[str]
     ) -> None:
-        results = {}
-        for guarded in (False, True, False, True):  # warm both, keep the second run
+        """Alternate unguarded and guarded rounds; report each mode's best wall time.
+
+        The best of three drops the odd stall of a shared machine; the time
+        inside the worker is the mean over all the loads of that mode.
+        """
+        walls: dict[bool, list[float]] = {False: [], True: []}
+        inside: dict[bool, list[float]] = {False: [], True: []}
+        for guarded in (False, True) * self.ROUNDS:
             start = time.perf_counter()
             out = submit_all(guarded)
-            results[guarded] = (time.perf_counter() - start, out)
-        for guarded, (wall, out) in sorted(results.items()):
-            devices = {device for device, *_ in out}
-            inside = sum(elapsed for *_, elapsed in out) / len(out)
-            label = "guarded" if guarded else "unguarded"
-            figures.append(
-                f"{engine}: {self.N} concurrent remote loads {label}: {wall:.2f} s wall, "
-                f"{inside * 1e6:.0f} us per load inside the worker"
-            )
+            walls[guarded].append(time.perf_counter() - start)
+            inside[guarded].extend(elapsed for *_, elapsed in out)
             assert len(out) == self.N
-            assert devices == ({"cpu"} if guarded else {"cuda:0"})
-        _, guarded_out = results[True]
-        _, plain_out = results[False]
-        assert sum(records for _, records, _, _ in guarded_out) == self.N
-        assert sum(caught for _, _, caught, _ in guarded_out) == self.N
-        assert sum(records + caught for _, records, caught, _ in plain_out) == 0
+            assert {device for device, *_ in out} == ({"cpu"} if guarded else {"cuda:0"})
+            records = sum(records for _, records, _, _ in out)
+            caught = sum(caught for _, _, caught, _ in out)
+            # One WARNING record and one DeviceFallbackWarning per guarded load.
+            assert (records, caught) == ((self.N, self.N) if guarded else (0, 0))
+        for guarded in (False, True):
+            label = "guarded" if guarded else "unguarded"
+            mean = sum(inside[guarded]) / len(inside[guarded])
+            figures.append(
+                f"{engine}: {self.N} concurrent remote loads {label}: "
+                f"{min(walls[guarded]):.2f} s wall (best of {self.ROUNDS}), "
+                f"{mean * 1e6:.0f} us per load inside the worker"
+            )
 
     def test_ray(self, ray_module: Any, figures: list[str]) -> None:
         remote = ray_module.remote(df.load_and_count)
