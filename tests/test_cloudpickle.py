@@ -16,10 +16,12 @@ import sys
 import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import onnxruntime
 import pytest
 
 from onnx_device_guard import EnvironmentConfigurationError, device_guard, device_policy
@@ -39,6 +41,7 @@ from .pickled_factories import (
 from .sessions import cpu_session
 
 ROOT = Path(__file__).resolve().parent.parent
+TINY = str(files("onnx_device_guard") / "data" / "tiny.onnx")
 
 
 def round_trip(value: Any) -> Any:
@@ -233,3 +236,68 @@ class TestSpawnPoolByValue:
             spawn_pool.submit(call_cloudpickled, blob).result(timeout=120)
         blob = cloudpickle.dumps(from_main["policy over guard"])
         assert spawn_pool.submit(device_of_cloudpickled, blob).result(timeout=120) == "meta"
+
+
+class OnnxModel:
+    """A model on a real ``InferenceSession``, which pickles by no means."""
+
+    def __init__(self, device: str = "cuda:0") -> None:
+        self.session = onnxruntime.InferenceSession(TINY, providers=["CPUExecutionProvider"])
+        self.device = device
+
+
+def used_factories() -> dict[str, Callable[[], Any]]:
+    """Factories cloudpickle carries by value: a closure, a lambda, a local classmethod."""
+
+    @device_guard
+    def load_locally(device: str = "cuda:0") -> OnnxModel:
+        return OnnxModel(device)
+
+    class Local(OnnxModel):
+        @classmethod
+        @device_guard
+        def from_pretrained(cls, device: str = "cuda:0") -> OnnxModel:
+            return cls(device)
+
+    new_model: Callable[..., OnnxModel] = lambda device="cuda:0": OnnxModel(device)  # noqa: E731
+    return {
+        "closure": load_locally,
+        "lambda": device_guard(new_model),
+        "local classmethod": Local.from_pretrained,
+    }
+
+
+class TestRunTimeStateStaysBehind:
+    """Issue 17, breaks 1 and 2: what travels is the guard's configuration, never its state."""
+
+    @pytest.mark.parametrize("name", list(used_factories()))
+    def test_a_used_factory_still_ships(self, name: str) -> None:
+        """Called once, its model alive and followed: it still pickles, and starts fresh.
+
+        Before, the options it carried held the follower of the live session
+        (``TypeError: cannot pickle 'InferenceSession' object``).
+        """
+        factory = used_factories()[name]
+        alive = factory()
+        assert alive.device == "cpu"
+        shipped = round_trip(factory)
+        assert shipped().device == "cpu"
+        assert alive.device == "cpu"
+
+    def test_a_local_guarded_class_ships(self, spawn_pool: ProcessPoolExecutor) -> None:
+        """By value, to a worker that builds and aligns its instances there.
+
+        Before: ``TypeError: cannot pickle '_Constructing' object``, the
+        thread-local that the class's installed ``__init__`` held.
+        """
+
+        @device_guard
+        class Recognizer:
+            def __init__(self, device: str = "cuda:0") -> None:
+                self.session = cpu_session()
+                self.device = device
+
+        assert Recognizer().device == "cpu"
+        blob = cloudpickle.dumps(Recognizer)
+        assert spawn_pool.submit(device_of_cloudpickled, blob, "cuda:0").result(120) == "cpu"
+        assert round_trip(Recognizer)("cuda:0").device == "cpu"

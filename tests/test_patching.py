@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import pickle
@@ -341,6 +342,104 @@ class TestNotYetImported:
             assert fake_package.module(".models").Pipeline().device == "cpu"
 
 
+class TestReload:
+    """``importlib.reload`` of a patched module: the patch is applied again, never lost silently.
+
+    Issue 17, break 5: the reloaded module held its plain loader again while
+    the handle still said ``active``.
+    """
+
+    def test_a_function_stays_guarded(self, loaded_package: FakePackage) -> None:
+        """The reloaded function is guarded; undo puts back the reloaded original."""
+        models = loaded_package.module(".models")
+        app = loaded_package.module(".app")
+        first = models.load
+        with patch(loaded_package.target(".models:load")) as handle:
+            importlib.reload(models)
+            reloaded = models.load.__wrapped__
+            assert reloaded is not first
+            assert models.load().device == "cpu"
+            assert app.load_model().device == "cpu"  # the copy made before the reload
+            assert handle.active
+        assert models.load is reloaded
+        assert app.load_model is first
+        assert models.load().device == "cuda"
+
+    def test_a_class_stays_guarded(self, loaded_package: FakePackage) -> None:
+        """The reloaded class is guarded in place; undo restores both classes."""
+        models = loaded_package.module(".models")
+        first = models.Pipeline
+        with patch(loaded_package.target(".models:Pipeline")) as handle:
+            importlib.reload(models)
+            assert models.Pipeline is not first
+            assert models.Pipeline().device == "cpu"
+            assert first().device == "cpu"
+            assert handle.active
+        assert models.Pipeline().device == "cuda"
+        assert first().device == "cuda"
+        assert not any(name.startswith("__onnx_device_guard") for name in vars(models.Pipeline))
+
+    def test_a_method_stays_guarded(self, loaded_package: FakePackage) -> None:
+        """A method target is wrapped again on the reloaded class."""
+        models = loaded_package.module(".models")
+        with patch(loaded_package.target(".models:Loader.from_pretrained")):
+            importlib.reload(models)
+            assert models.Loader.from_pretrained().device == "cpu"
+            assert models.SubLoader.from_pretrained().device == "cpu"
+        assert models.Loader.from_pretrained().device == "cuda"
+
+    def test_reloading_a_package_that_reexports_wraps_nothing_twice(
+        self, loaded_package: FakePackage
+    ) -> None:
+        """``pkg:load`` held through the package: the reload re-imports the same wrapper."""
+        package = loaded_package.module()
+        with patch(loaded_package.target(":load")):
+            guarded = package.load
+            importlib.reload(package)
+            assert package.load is guarded
+            assert not hasattr(guarded.__wrapped__, "__wrapped__")
+        assert package.load().device == "cuda"
+
+    def test_imported_again_it_is_patched_again(self, loaded_package: FakePackage) -> None:
+        """A module deleted from sys.modules and imported again gets the patch too."""
+        name = loaded_package.target(".models")
+        with patch(name + ":load"):
+            del sys.modules[name]
+            again = importlib.import_module(name)
+            assert again.load().device == "cpu"
+        assert again.load().device == "cuda"
+
+    def test_imported_again_without_the_target_says_the_patch_is_lost(
+        self, loaded_package: FakePackage, tmp_path: Path
+    ) -> None:
+        """The import raises ModelInputError naming the target; the handle is no longer active.
+
+        (A reload keeps the names the new code no longer defines: it re-runs the
+        module in its old namespace, where the guarded loader still is.)
+        """
+        name = loaded_package.target(".models")
+        handle = patch(name + ":load")
+        try:
+            source = tmp_path / loaded_package.name / "models.py"
+            source.write_text(MODELS.replace("def load(", "def renamed_load("))
+            importlib.invalidate_caches()
+            del sys.modules[name]
+            with pytest.raises(ModelInputError, match="'load'"):
+                importlib.import_module(name)
+            assert not handle.active
+            assert "(lost)" in repr(handle)
+        finally:
+            handle.undo()
+
+    def test_other_modules_are_left_to_the_other_finders(self) -> None:
+        """The finder answers only for modules with a patch in place."""
+        from onnx_device_guard._patch import _ReloadFinder
+
+        assert any(isinstance(finder, _ReloadFinder) for finder in sys.meta_path)
+        assert _ReloadFinder().find_spec("json") is None
+        assert importlib.reload(importlib.import_module("json")).__loader__ is not None
+
+
 class TestIdempotence:
     """Patching a target again wraps nothing twice."""
 
@@ -438,6 +537,62 @@ class TestErrors:
         """A target missing from a loaded module is a ModelInputError naming it, at once."""
         with pytest.raises(ModelInputError, match=spec.rsplit(".", 1)[-1].split(":")[-1]):
             patch(loaded_package.target(spec))
+
+    @pytest.mark.parametrize(
+        "target",
+        ["math:sqrt", "builtins:len", "collections:OrderedDict.fromkeys", "builtins:str.upper"],
+    )
+    def test_builtins_and_c_functions_are_refused(self, target: str) -> None:
+        """A builtin is the same object in every module: patching it would reach them all."""
+        import math
+
+        sqrt = math.sqrt
+        with pytest.raises(ModelInputError, match="written in C"):
+            patch(target)
+        assert math.sqrt is sqrt
+        assert sys.modules["math"].sqrt is sqrt
+
+    def test_a_python_callable_object_is_patched(self, loaded_package: FakePackage) -> None:
+        """An instance of a Python class with ``__call__`` is Python code: it can be patched."""
+        models = loaded_package.module(".models")
+
+        class CallableLoader:
+            def __call__(self, device: str = "cuda") -> Any:
+                return models.Model(device)
+
+        models.callable_load = CallableLoader()  # type: ignore[attr-defined]
+        with patch(loaded_package.target(".models:callable_load")):
+            assert models.callable_load().device == "cpu"
+        assert models.callable_load().device == "cuda"
+
+    def test_a_cached_loader_is_patched(self, loaded_package: FakePackage) -> None:
+        """``functools.lru_cache`` makes a C object, but around Python code: it can be patched."""
+        models = loaded_package.module(".models")
+        models.cached_load = functools.lru_cache(models.load)  # type: ignore[attr-defined]
+        with patch(loaded_package.target(".models:cached_load")):
+            assert models.cached_load().device == "cpu"
+        models.cached_load.cache_clear()
+        assert models.cached_load().device == "cuda"
+
+    def test_a_package_that_is_not_installed_is_refused_at_once(self) -> None:
+        """Waiting for ``nosuchpkg_xyz`` would wait forever: the error names it."""
+        from onnx_device_guard._patch import _installed
+
+        with pytest.raises(ModelInputError, match="no module named 'nosuchpkg_xyz'"):
+            patch("nosuchpkg_xyz:load")
+        assert "nosuchpkg_xyz:load" not in _installed
+
+    @pytest.mark.parametrize("imported", [False, True], ids=["package not imported", "imported"])
+    def test_a_missing_submodule_of_an_installed_package_waits(
+        self, fake_package: FakePackage, imported: bool
+    ) -> None:
+        """The submodule may be generated or installed later: the patch waits for its import."""
+        if imported:
+            fake_package.module()
+        with patch(fake_package.target(".later:load")) as handle:
+            assert handle.active
+            assert fake_package.module(".app").load().device == "cuda"
+        assert not handle.active
 
     def test_not_a_factory(self, loaded_package: FakePackage) -> None:
         """A target that is neither function, class nor method is refused."""

@@ -17,8 +17,10 @@ from onnx_device_guard import (
     ModelInputError,
     device_guard,
     device_policy,
+    patch,
 )
 
+from . import pickled_factories
 from .pickled_factories import (
     UNBOUND_GUARDS,
     Model,
@@ -235,3 +237,44 @@ class TestSpawnProcessPool:
                 spawn_pool.submit(load_model_strictly, "cpu", "cuda").result(timeout=120)
             results.append(spawn_pool.submit(load_model_strictly, "gpu:0", "cuda").result(120))
         assert [model.device for model in results] == ["cuda"] * 3
+
+    def test_a_patched_function_arrives_guarded_with_its_options(
+        self, spawn_pool: ProcessPoolExecutor
+    ) -> None:
+        """Issue 17, break 3: it pickles as its target and options, never as the plain name.
+
+        Before, it pickled by reference: the worker looked the name up in its
+        own, unpatched module, and the model kept ``cuda:0`` without a word.
+        """
+        with patch("tests.pickled_factories:load_model_impl", fallback_device="meta"):
+            patched = pickled_factories.load_model_impl
+            model = spawn_pool.submit(patched, "cpu", "cuda:0").result(timeout=120)
+        assert model.made_in != os.getpid()
+        assert model.device == "meta"
+
+
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="no fork on this platform"
+)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_fork_pool_started_in_a_scope_uses_the_defaults() -> None:
+    """Issue 17, break 4: a forked worker ignores the scopes it inherited.
+
+    The worker is forked inside the block (at the first ``submit``); before,
+    it kept that scope for good, after the block had ended too.
+    """
+    context = multiprocessing.get_context("fork")
+    with device_policy(resolution_mode="fail", fallback_device="meta"):
+        pool = ProcessPoolExecutor(1, mp_context=context)
+        try:
+            inside = pool.submit(policy_in_force).result(timeout=120)
+        except BaseException:
+            pool.shutdown()
+            raise
+    try:
+        after = pool.submit(policy_in_force).result(timeout=120)
+        model = pool.submit(load_model, "cpu", "cuda:0").result(timeout=120)
+    finally:
+        pool.shutdown()
+    assert inside == after == ("fallback", "cpu", True)
+    assert model.device == "cpu"

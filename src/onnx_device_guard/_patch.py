@@ -9,6 +9,22 @@ aliases of the class see it; a class is guarded in place (see `_classes`). A
 target whose module is not imported yet is patched by a wrapt post-import
 hook when it is. `undo()` puts everything back with `wrapt.unwrap_object`.
 
+Builtins and other functions written in C are refused: they have no module
+of their own (`math.sqrt` is the same object in every module that imported
+it), so replacing "every reference" would change code far from the loader.
+
+A module executed again while patches are in place (`importlib.reload`, or
+an import after its entry was deleted from `sys.modules`) gets its patches
+applied again. `_ReloadFinder`, first on `sys.meta_path` from the first
+patch on, does it: for a module with a patch in place, and only for one, it
+wraps the loader that the other finders return, and after that loader's
+`exec_module` applies the module's patches to what the module now holds.
+Everything else it leaves to the next finder. A reload runs the new code in
+the module's old namespace, so a target the new code no longer defines is
+still there, guarded. A patch that can no longer be applied (a module
+imported anew without the target) raises `ModelInputError` out of that
+import, and its handles report `active` as false.
+
 Patching one target again while it is patched wraps nothing twice: it returns
 another handle on the same patch (a count of handles keeps it in place until
 the last one is undone), and raises when the options differ.
@@ -24,6 +40,9 @@ class: patch there too (see the docs page on Ray, Dask and process pools).
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import inspect
 import re
@@ -96,6 +115,10 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
     pool, Ray, Dask) arrives guarded with the same options. A patched class
     arrives as that process's own class, unpatched: patch in each worker.
 
+    A module reloaded (`importlib.reload`) or imported again while it is
+    patched gets the patch again. Builtins and other functions written in C
+    are refused: they are shared by every module that imports them.
+
     Args:
         target: `"module:attribute"`, where the attribute is a function, a
             class, or `Class.method`.
@@ -117,8 +140,9 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
     Raises:
         ModelInputError: The target string is malformed; its package is not
             installed; the target does not exist in its loaded module (or,
-            for a module imported later, when it is imported); an option is
-            unusable; or the target is already patched with other options.
+            for a module imported later, when it is imported); it is a
+            builtin or another callable written in C; an option is unusable;
+            or the target is already patched with other options.
 
     Examples:
         A module that loads a model whose session onnxruntime left on CPU:
@@ -144,6 +168,7 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
         True
         >>> del sys.modules["loaders"]
     """
+    _ReloadFinder.install()
     match = _TARGET.fullmatch(target) if isinstance(target, str) else None
     if match is None:
         raise ModelInputError(
@@ -248,8 +273,13 @@ class Patch:
 
     @property
     def active(self) -> bool:
-        """Whether this handle has not been undone yet."""
-        return not self._undone
+        """Whether this handle has not been undone, and its patch is in place.
+
+        A module reloaded or imported again gets its patches again. A patch
+        is lost, and this false, when the module, executed again, no longer
+        holds the target: the import or reload raised `ModelInputError` then.
+        """
+        return not self._undone and not self._installation.lost
 
     def undo(self) -> None:
         """Give up this handle; the last handle on a patch restores what it replaced.
@@ -291,7 +321,7 @@ class Patch:
         self.undo()
 
     def __repr__(self) -> str:
-        state = "active" if self.active else "undone"
+        state = "undone" if self._undone else "lost" if self._installation.lost else "active"
         return f"<onnx_device_guard patch {self.target!r} ({state})>"
 
 
@@ -307,6 +337,8 @@ class _Installation:
         self.applied = False
         self.cancelled = False
         """Set by the last `undo()`; models watched for this patch stop following."""
+        self.lost = False
+        """Set when its module was executed again without the target (see `reapply`)."""
         self.undo_steps: list[Callable[[], None]] = []
 
     def start(self) -> None:
@@ -339,6 +371,20 @@ class _Installation:
         for key in [key for key, owner in _owners.items() if owner is self]:
             del _owners[key]
 
+    def reapply(self, module: types.ModuleType) -> None:
+        """Apply the patch to `module` executed again (a reload) while it is in place.
+
+        What the earlier application replaced stays replaced (other modules
+        may still hold it), and `undo()` restores both.
+        """
+        if self.cancelled or not self.applied or self.lost:
+            return
+        try:
+            self.apply(module)
+        except ModelInputError:
+            self.lost = True
+            raise
+
     def apply(self, module: types.ModuleType) -> None:
         try:
             owner, name, original = wrapt.resolve_path(module, self.path)
@@ -347,19 +393,20 @@ class _Installation:
                 f"patch({self.target!r}): {error.__cause__ or error}. Check the target's "
                 "spelling and the version of the package that defines it."
             ) from None
-        if self._patched_already(original):
-            pass
+        if _owners.get(id(original)) is self or self._patched_already(original):
+            pass  # put there by this patch (a reloaded module that re-imports it) or another
+        elif not isinstance(original, type) and (why := _not_patchable(original)):
+            raise ModelInputError(
+                f"patch({self.target!r}): {self.target} is {why}. patch() guards Python "
+                "functions, classes and methods; guard a Python function of yours that "
+                "calls it with device_guard instead."
+            )
         elif isinstance(owner, type) and "." in self.path:
             self._patch_method(owner, name)
         elif isinstance(original, type):
             self._patch_class(original)
-        elif callable(original):
-            self._patch_function(module, original)
         else:
-            raise ModelInputError(
-                f"patch({self.target!r}): {self.target} is a "
-                f"{type(original).__name__}, not a function, class or method."
-            )
+            self._patch_function(module, original)
         self.applied = True
 
     def _patched_already(self, value: object) -> bool:
@@ -408,6 +455,108 @@ class _Installation:
                 namespace[name] = function
 
         self.undo_steps.append(restore)
+
+
+def _not_patchable(value: object) -> str | None:
+    """Why `value` cannot be patched, or `None` when it can (a class is checked elsewhere).
+
+    A Python function (or a wrapt wrapper around one, which has its
+    `__code__`), a class or static method of one, an instance of a Python
+    class that defines `__call__`, or a `functools.partial` of any of these,
+    or a C wrapper that names one as its `__wrapped__` (`functools.lru_cache`)
+    can be. A builtin, a method descriptor or any other callable written in C
+    cannot: such objects are shared by every module that imports them.
+    """
+    function = value.__func__ if isinstance(value, classmethod | staticmethod) else value
+    if isinstance(function, functools.partial):
+        return _not_patchable(function.func)
+    if hasattr(function, "__code__"):
+        return None
+    wrapped = getattr(function, "__wrapped__", None)
+    if wrapped is not None and wrapped is not function:
+        return _not_patchable(wrapped)
+    native = (
+        types.BuiltinFunctionType,
+        types.MethodDescriptorType,
+        types.WrapperDescriptorType,
+        types.MethodWrapperType,
+        types.ClassMethodDescriptorType,
+    )
+    if isinstance(function, native):
+        return (
+            f"{short_repr(function)}, a {type(function).__name__} written in C: such an "
+            "object is shared by every module that imports it"
+        )
+    if not callable(function):
+        return f"a {type(function).__name__}, not a function, class or method"
+    call = inspect.getattr_static(type(function), "__call__", None)
+    if isinstance(call, types.FunctionType):
+        return None
+    return f"a {type(function).__name__}, a callable written in C, not Python code"
+
+
+class _ReloadFinder(importlib.abc.MetaPathFinder):
+    """Applies a module's patches again when the module is executed again (a reload).
+
+    It sits first on `sys.meta_path` and answers only for a module that has
+    a patch in place: it asks the finders after it for the spec, and wraps
+    the spec's loader in a `_ReapplyingLoader`. For every other module it
+    returns `None` at once, and the import goes on as if it were not there.
+    """
+
+    @classmethod
+    def install(cls) -> None:
+        if not any(isinstance(finder, cls) for finder in sys.meta_path):
+            sys.meta_path.insert(0, cls())
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Any = None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not any(
+            installation.module_name == fullname and installation.applied
+            for installation in list(_installed.values())
+        ):
+            return None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
+            if spec is not None:
+                if hasattr(spec.loader, "exec_module"):
+                    spec.loader = _ReapplyingLoader(spec.loader, fullname)  # type: ignore[assignment]
+                return spec
+        return None
+
+
+class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
+    """A module's own loader; after `exec_module` it applies the module's patches again."""
+
+    def __init__(self, loader: Any, name: str) -> None:
+        super().__init__(loader)
+        self._self_name = name
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # The import system set the module's loader to this proxy: give it its own back.
+        if getattr(module, "__loader__", None) is self:
+            module.__loader__ = self.__wrapped__
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and spec.loader is self:
+            spec.loader = self.__wrapped__
+        self.__wrapped__.exec_module(module)
+        with _lock:
+            installations = [i for i in _installed.values() if i.module_name == self._self_name]
+            failure: ModelInputError | None = None
+            for installation in installations:
+                try:
+                    installation.reapply(module)
+                except ModelInputError as error:
+                    failure = failure or error
+            if failure is not None:
+                raise failure
 
 
 def _unwrap(owner: object, name: str, wrapper: object) -> None:
