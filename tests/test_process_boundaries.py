@@ -164,7 +164,7 @@ class TestPickleChecksIdentity:
 
     def test_policy_on_a_lambda(self) -> None:
         """device_policy on a lambda no name holds: pickle refuses it too."""
-        with pytest.raises((pickle.PicklingError, AttributeError), match="pickle|local object"):
+        with pytest.raises((pickle.PicklingError, AttributeError), match=r"pickle|local object"):
             pickle.dumps(device_policy(resolution_mode="fail")(lambda: None))
 
 
