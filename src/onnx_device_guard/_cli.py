@@ -219,19 +219,5 @@ def _positive_seconds(text: str) -> float:
 
 def _doctor(args: argparse.Namespace) -> int:
     from ._doctor.command import run
-    from ._doctor.options import Request
 
-    return run(
-        Request(
-            models=tuple(args.models),
-            device=args.device,
-            providers=None if args.providers is None else tuple(args.providers),
-            inputs=tuple(args.input),
-            dims=tuple(args.dim),
-            run=not args.no_inference,
-            max_input_mib=args.max_input_mib,
-            timeout=args.timeout,
-            json=args.json,
-            strict=args.strict,
-        )
-    )
+    return run(args)

@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from .core import Mismatch
+from .._alignment import Mismatch
 
 InferenceStatus = Literal["ok", "failed", "inconclusive", "skipped"]
 """How the test inference went.

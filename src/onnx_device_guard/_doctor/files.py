@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .core import ModelInputError
+from .._errors import ModelInputError
 from .facts import ModelError
 
 MODEL_SUFFIX = ".onnx"

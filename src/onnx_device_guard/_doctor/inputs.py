@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .core import ModelInputError
+from .._errors import ModelInputError
 
 SIZES = (1, 32, 224, 512, 1024)
 """The sizes tried in turn for every dynamic dimension."""

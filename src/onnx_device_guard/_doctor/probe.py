@@ -27,16 +27,12 @@ from typing import Any
 
 import torch
 
+from .._alignment import Mismatch, align_device_with_onnx_session, find_mismatch
+from .._devices import cuda_index
+from .._errors import ModelInputError
+from .._policy import device_policy
+from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
 from .capture import Captured, captured_output, clean_messages
-from .core import (
-    GPU_CAPABLE_EXECUTION_PROVIDERS,
-    Mismatch,
-    ModelInputError,
-    align_device_with_onnx_session,
-    cuda_index,
-    device_policy,
-    find_mismatch,
-)
 from .facts import (
     Environment,
     Facts,
@@ -156,11 +152,6 @@ def environment() -> tuple[Environment, Any]:
         ),
         ort,
     )
-
-
-def default_device(env: Environment) -> torch.device:
-    """`cuda` when torch sees a CUDA device, else `cpu`."""
-    return torch.device("cuda" if env.torch_cuda_device_count else "cpu")
 
 
 def check_model(
@@ -491,22 +482,7 @@ def session_error(label: str, error: BaseException, model: ModelBytes | None = N
 WaitHook = Callable[[float], None]
 """Called, about ten times a second, with the seconds a running inference has taken."""
 
-
-class Stop:
-    """Asks a running test inference to end: no new attempt starts, the current run ends.
-
-    onnxruntime checks `RunOptions.terminate` between operators, including
-    inside a `Loop`, so a run that would take hours ends within moments.
-    """
-
-    def __init__(self, run_options: Any) -> None:
-        self.run_options = run_options
-        self.requested = False
-
-    def request(self) -> None:
-        """End the inference: the current run fails soon, and no other starts."""
-        self.requested = True
-        self.run_options.terminate = True
+NOT_RUN = "not run (--no-inference)"
 
 
 def run_with_deadline(
@@ -515,18 +491,19 @@ def run_with_deadline(
     """`run_inference` bounded by `options.timeout` seconds, stopped by Ctrl-C too.
 
     The inference runs in a worker thread while this one waits in short
-    joins, so a `KeyboardInterrupt` is heard at once; it stops the run and
-    is raised again. At the deadline the run is stopped and the inference
-    is inconclusive.
+    joins, so a `KeyboardInterrupt` is heard at once. Ctrl-C and the deadline
+    both set `RunOptions.terminate`, which onnxruntime checks between operators
+    (inside a `Loop` too), and no new attempt starts; Ctrl-C is raised again,
+    and at the deadline the inference is inconclusive.
     """
     if not options.run:
-        return InferenceCheck("skipped", "not run (--no-inference)")
+        return InferenceCheck("skipped", NOT_RUN)
     import onnxruntime
 
-    stop = Stop(onnxruntime.RunOptions())
+    run_options = onnxruntime.RunOptions()
     done: list[InferenceCheck] = []
     worker = threading.Thread(
-        target=lambda: done.append(run_inference(session, device, options, stop)),
+        target=lambda: done.append(run_inference(session, device, options, run_options)),
         name="onnx-device-guard inference",
         daemon=True,
     )
@@ -538,22 +515,18 @@ def run_with_deadline(
             if wait is not None:
                 wait(time.monotonic() - started)
     except BaseException:  # Ctrl-C: end the run before saying so
-        stop.request()
+        run_options.terminate = True
         worker.join(GRACE_SECONDS)
         raise
     if done:
         return done[0]
-    stop.request()
+    run_options.terminate = True
     worker.join(GRACE_SECONDS)
-    return _timed_out(options.timeout, ended=not worker.is_alive())
-
-
-def _timed_out(seconds: float, *, ended: bool) -> InferenceCheck:
-    left = "" if ended else " (and it did not stop, so it was left running)"
+    left = " (and it did not stop, so it was left running)" if worker.is_alive() else ""
     return InferenceCheck(
         "inconclusive",
-        f"the test inference did not end within {seconds:g} seconds and was stopped{left}",
-        suggestion=("--timeout", str(math.ceil(seconds * 4))),
+        f"the test inference did not end within {options.timeout:g} seconds and was stopped{left}",
+        suggestion=("--timeout", str(math.ceil(options.timeout * 4))),
     )
 
 
@@ -561,7 +534,7 @@ def run_inference(
     session: Any,
     device: torch.device,
     options: InferenceOptions | None = None,
-    stop: Stop | None = None,
+    run_options: Any = None,
 ) -> InferenceCheck:
     """Run the session on `device` with inputs that fit, searching if need be; never raise.
 
@@ -574,11 +547,11 @@ def run_inference(
     from torch's tensors) makes it `failed`; a failure in the model's own
     operators with every input set tried makes it `inconclusive`. Inputs
     that cannot be read or built skip the run: nothing is the device's fault.
-    `stop` (from `run_with_deadline`) ends the search early.
+    `run_options.terminate` (set by `run_with_deadline`) ends the search early.
     """
     options = options or InferenceOptions()
     if not options.run:
-        return InferenceCheck("skipped", "not run (--no-inference)")
+        return InferenceCheck("skipped", NOT_RUN)
     try:
         inputs = declared_inputs(session)
     except UnbuildableInputError as error:
@@ -588,7 +561,7 @@ def run_inference(
             "skipped",
             f"the model's inputs cannot be read: session.get_inputs() raised {_describe(error)}",
         )
-    return _search(_Run(session, device, stop), inputs, options)
+    return _search(_Run(session, device, run_options), inputs, options)
 
 
 @dataclass(frozen=True)
@@ -597,15 +570,8 @@ class _Run:
 
     session: Any
     device: torch.device
-    stop: Stop | None
-
-    @property
-    def how(self) -> str:
-        return "run_with_iobinding" if self.device.type == "cuda" else "InferenceSession.run"
-
-    @property
-    def run_options(self) -> Any:
-        return None if self.stop is None else self.stop.run_options
+    options: Any
+    """onnxruntime's `RunOptions`, or `None`."""
 
 
 def _search(run: _Run, inputs: Sequence[ModelInput], options: InferenceOptions) -> InferenceCheck:
@@ -617,12 +583,12 @@ def _search(run: _Run, inputs: Sequence[ModelInput], options: InferenceOptions) 
         size = total_bytes(specs)
         if size > options.max_bytes and not tried:
             return _too_large(specs, size, options.max_bytes, inputs)
-        stopped = run.stop is not None and run.stop.requested
+        stopped = run.options is not None and run.options.terminate
         if size > options.max_bytes or stopped or (tried and time.monotonic() - started > budget):
             break  # larger sizes only get larger
         tried.append(specs)
         failure = _attempt(run, specs)
-        shown = f"{run.how} on {run.device} with {_shown(specs)}"
+        shown = f"{_how(run)} on {run.device} with {_shown(specs)}"
         if failure is None:
             return InferenceCheck("ok", shown, attempts=len(tried))
         kind, what = failure
@@ -646,7 +612,7 @@ def _attempt(run: _Run, specs: Sequence[InputSpec]) -> tuple[str, str] | None:
             return "input", f"raised {_describe(error)}"
         return None
     try:
-        run_bound(run.session, specs, tensors, cuda_index(device), run.run_options)
+        run_bound(run.session, specs, tensors, cuda_index(device), run.options)
     except Exception as error:
         return _bound_failure(run, specs, tensors, error)
     return None
@@ -671,10 +637,7 @@ def _bound_failure(
 
 def _run_numpy(run: _Run, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
     feeds = {spec.name: tensor.cpu().numpy() for spec, tensor in zip(specs, tensors, strict=True)}
-    if run.run_options is None:
-        run.session.run(None, feeds)
-    else:
-        run.session.run(None, feeds, run.run_options)
+    run.session.run(None, feeds, run.options)
 
 
 def _too_large(
@@ -710,7 +673,7 @@ def _inconclusive(
         )
     return InferenceCheck(
         "inconclusive",
-        f"the model's own operators refused {what} ({run.how} on {run.device}); the last {error}",
+        f"the model's own operators refused {what} ({_how(run)} on {run.device}); the last {error}",
         culprits=culprits,
         suggestion=("--no-inference",),
         attempts=len(tried),
@@ -765,11 +728,12 @@ def run_bound(
     if any(tensor.is_cuda for tensor in tensors):
         # onnxruntime runs on its own stream: the inputs must be written first.
         torch.cuda.synchronize(torch.device("cuda", device_id))
-    if run_options is None:
-        session.run_with_iobinding(binding)
-    else:
-        session.run_with_iobinding(binding, run_options)
+    session.run_with_iobinding(binding, run_options)
     binding.copy_outputs_to_cpu()  # returns once the outputs really exist
+
+
+def _how(run: _Run) -> str:
+    return "run_with_iobinding" if run.device.type == "cuda" else "InferenceSession.run"
 
 
 def _describe(error: BaseException) -> str:

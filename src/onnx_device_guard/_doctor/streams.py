@@ -12,6 +12,7 @@ import contextlib
 import io
 import os
 import sys
+from typing import Any
 
 from .terminal import printable
 
@@ -98,3 +99,11 @@ def tolerate_unencodable_output() -> None:
         if isinstance(stream, io.TextIOWrapper):
             with contextlib.suppress(ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")
+
+
+def is_terminal(stream: Any) -> bool:
+    """Whether `stream` is a terminal; `False` for a closed or odd one."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
