@@ -213,7 +213,7 @@ def _device_answer(facts: Facts) -> str:
 
 
 def _distribution_findings(facts: Facts) -> list[Finding]:
-    if len(facts.module_owners) < 2:
+    if len(facts.environment.module_owners) < 2:
         return []
     problem = (
         f"Several installed distributions provide the onnxruntime module ({_build(facts)}). "
@@ -258,7 +258,9 @@ def _not_in_build(name: str, facts: Facts) -> Finding:
     elif wanted is None:
         fix = f"Install an onnxruntime build that includes {name}, or leave it out."
     else:
-        uninstall = f"pip uninstall -y {_owners(facts)} && " if facts.module_owners else ""
+        uninstall = (
+            f"pip uninstall -y {_owners(facts)} && " if facts.environment.module_owners else ""
+        )
         alone = " (exactly one onnxruntime package, none beside it)"
         fix = f"Install the onnxruntime build that has it: `{uninstall}pip install {wanted}`"
         fix += f"{alone if wanted == 'onnxruntime-gpu' else ''}."
@@ -425,11 +427,11 @@ def _inconclusive_fix(check: InferenceCheck) -> str:
 
 
 def _owners(facts: Facts) -> str:
-    return " ".join(dist.name for dist in facts.module_owners)
+    return " ".join(dist.name for dist in facts.environment.module_owners)
 
 
 def _build(facts: Facts) -> str:
-    owners = facts.module_owners
+    owners = facts.environment.module_owners
     if owners:
         return ", ".join(map(str, owners))
     return f"onnxruntime {facts.environment.onnxruntime_version}"

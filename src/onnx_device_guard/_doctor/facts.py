@@ -123,11 +123,6 @@ class Facts:
         """Whether the device had to be changed for the session to read it."""
         return self.aligned_device != self.requested_device
 
-    @property
-    def module_owners(self) -> tuple[InstalledDistribution, ...]:
-        """The installed distributions that provide the `onnxruntime` module."""
-        return self.environment.module_owners
-
 
 @dataclass(frozen=True)
 class ModelError:

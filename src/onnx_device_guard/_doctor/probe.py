@@ -56,8 +56,6 @@ from .inputs import (
     make_tensors,
     mentioned_inputs,
     named_by_a_person,
-    total_bytes,
-    value_dependent,
 )
 
 TINY_MODEL = "packaged tiny model (y = x + 1)"
@@ -185,7 +183,10 @@ def check_model(
         requested_providers=tuple(name for name, _ in check.providers),
         requested_provider_options={name: dict(opts) for name, opts in check.providers if opts},
         session_providers=tuple(session.get_providers()),
-        session_provider_options=_provider_options(session),
+        session_provider_options={
+            str(name): {str(key): str(value) for key, value in values.items()}
+            for name, values in session.get_provider_options().items()
+        },
         requested_device=check.device,
         aligned_device=aligned,
         mismatch=mismatch,
@@ -218,13 +219,6 @@ def load_model(model: Path | None) -> ModelBytes:
     if model is None:
         return ModelBytes((files("onnx_device_guard") / "data" / "tiny.onnx").read_bytes(), None)
     return read_model_file(model)
-
-
-def _provider_options(session: Any) -> dict[str, dict[str, str]]:
-    return {
-        str(name): {str(key): str(value) for key, value in values.items()}
-        for name, values in session.get_provider_options().items()
-    }
 
 
 def align(
@@ -418,25 +412,15 @@ def create_session(
     `ModelInputError` if no session can be created at all.
     """
     arguments = [(name, dict(options)) if options else name for name, options in providers]
+    session_options = ort.SessionOptions()
+    if model.folder is not None:
+        session_options.add_session_config_entry(EXTERNAL_DATA_FOLDER, model.folder)
     with captured_output() as captured:
         try:
-            session = ort.InferenceSession(
-                model.content, _session_options(ort, model), providers=arguments
-            )
+            session = ort.InferenceSession(model.content, session_options, providers=arguments)
         except Exception as error:
-            failure: Exception | None = error
-        else:
-            failure = None
-    if failure is not None:
-        raise ModelInputError(session_error(label, failure, model))
+            raise ModelInputError(session_error(label, error, model)) from None
     return session, captured
-
-
-def _session_options(ort: Any, model: ModelBytes) -> Any:
-    options = ort.SessionOptions()
-    if model.folder is not None:
-        options.add_session_config_entry(EXTERNAL_DATA_FOLDER, model.folder)
-    return options
 
 
 # onnxruntime's errors quote a C++ function signature ("... failed:" comes after it).
@@ -580,7 +564,7 @@ def _search(run: _Run, inputs: Sequence[ModelInput], options: InferenceOptions) 
     tried: list[tuple[InputSpec, ...]] = []
     last_error = ""
     for specs in attempts(inputs, options.overrides, options.dims):
-        size = total_bytes(specs)
+        size = sum(spec.nbytes for spec in specs)
         if size > options.max_bytes and not tried:
             return _too_large(specs, size, options.max_bytes, inputs)
         stopped = run.options is not None and run.options.terminate
@@ -600,38 +584,36 @@ def _search(run: _Run, inputs: Sequence[ModelInput], options: InferenceOptions) 
 
 def _attempt(run: _Run, specs: Sequence[InputSpec]) -> tuple[str, str] | None:
     """Run once; return None, or ("device" | "input", what went wrong)."""
-    device = run.device
     try:
-        tensors = make_tensors(specs, device)
+        tensors = make_tensors(specs, run.device)
     except Exception as error:
-        return "device", f"creating the inputs on {device} raised {_describe(error)}"
-    if device.type != "cuda":
-        try:
+        return "device", f"creating the inputs on {run.device} raised {_describe(error)}"
+    try:
+        if run.device.type == "cuda":
+            run_bound(run.session, specs, tensors, cuda_index(run.device), run.options)
+        else:
             _run_numpy(run, specs, tensors)
-        except Exception as error:
-            return "input", f"raised {_describe(error)}"
-        return None
-    try:
-        run_bound(run.session, specs, tensors, cuda_index(device), run.options)
     except Exception as error:
-        return _bound_failure(run, specs, tensors, error)
+        return _blame(run, specs, tensors, error)
     return None
 
 
-def _bound_failure(
+def _blame(
     run: _Run, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor], error: Exception
 ) -> tuple[str, str]:
-    """Whose fault a failed IO-bound run is: the device's, or the inputs'."""
+    """Whose fault a failed run is: the device's, or the inputs'."""
+    said = f"raised {_describe(error)}"
+    if run.device.type != "cuda":
+        return "input", said
     if _DEVICE_ERROR.search(one_line(error, 100_000)):
-        return "device", f"raised {_describe(error)}"
+        return "device", said
     try:  # the same inputs from host memory: does the model itself refuse them?
         _run_numpy(run, specs, tensors)
     except Exception:
-        return "input", f"raised {_describe(error)}"
+        return "input", said
     return "device", (
-        f"raised {_describe(error)}; the same inputs as NumPy arrays through "
-        f"InferenceSession.run completed, so the session cannot read torch's tensors "
-        f"on {run.device}"
+        f"{said}; the same inputs as NumPy arrays through InferenceSession.run completed, so "
+        f"the session cannot read torch's tensors on {run.device}"
     )
 
 
@@ -660,9 +642,7 @@ def _inconclusive(
     run: _Run, tried: Sequence[tuple[InputSpec, ...]], error: str, inputs: Sequence[ModelInput]
 ) -> InferenceCheck:
     culprits = mentioned_inputs(error, inputs) or tuple(
-        model_input.name
-        for model_input in inputs
-        if model_input.dynamic or model_input.name in value_dependent(inputs)
+        model_input.name for model_input in inputs if model_input.dynamic or model_input.one_integer
     )
     if len(tried) == 1:
         what = f"the inputs {_shown(tried[0])}"
