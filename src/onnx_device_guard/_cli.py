@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from ._doctor.streams import (
     occupy_closed_standard_streams,
@@ -25,6 +25,8 @@ from ._doctor.streams import (
 )
 
 PROG = "onnx-device-guard"
+
+_Number = TypeVar("_Number", int, float)
 
 INTERRUPTED = 130
 """The exit status after Ctrl-C (128 + SIGINT, as shells report it)."""
@@ -160,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument(
         "--max-input-mib",
-        type=_positive_int,
+        type=_above_zero(int, "a whole number of 1 or more"),
         default=None,
         metavar="MIB",
         help="the most memory one set of test inputs may take (default: 256); larger inputs "
@@ -168,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=_above_zero(float, "a number of seconds above 0"),
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help=f"the most seconds one model's test inference may take, search included "
@@ -197,24 +199,19 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
-    return number
+def _above_zero(convert: Callable[[str], _Number], what: str) -> Callable[[str], _Number]:
+    """An argument type: `convert`'s finite number above 0, or a usage error saying `what`."""
 
+    def parse(text: str) -> _Number:
+        try:
+            number = convert(text)
+        except ValueError:
+            number = convert("0")
+        if not (number > 0 and math.isfinite(number)):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return number
 
-def _positive_seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return seconds
+    return parse
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -34,7 +33,6 @@ from .probe import (
     TINY_MODEL,
     Check,
     InferenceOptions,
-    Machine,
     ProviderSpec,
     check_model,
     check_provider_names,
@@ -64,7 +62,6 @@ CPU_ONLY_PROVIDERS = frozenset(
 class Plan:
     """Everything settled before the first model is checked."""
 
-    machine: Machine
     check: Check
     targets: tuple[Target, ...]
     many: bool
@@ -95,7 +92,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     """Check the options and the environment, probe the machine; raise `ModelInputError`."""
     settings = read_environment()  # every field is filled in: the built-in defaults are beneath
     device = None if args.device is None else parse_device(args.device)
-    providers = None if args.providers is None else parse_providers(args.providers)
+    providers = None if args.providers is None else list(map(parse_provider, args.providers))
     options = inference_options(args)
     targets: tuple[Target, ...] = tuple(expand(args.models)) if args.models else (None,)
     env, ort = environment()
@@ -106,8 +103,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
         strict_by = f"{RESOLUTION_MODE}=fail"
     default = torch.device("cuda" if env.torch_cuda_device_count else "cpu")
     return Plan(
-        machine=Machine(ort, env),
         check=Check(
+            ort=ort,
+            env=env,
             device=device or default,
             providers=providers,
             fallback=cast(torch.device, settings.fallback_device),
@@ -149,8 +147,11 @@ def parse_device(text: str) -> torch.device:
         raise ModelInputError(error.message.rstrip(".")) from None
 
 
-def parse_provider(text: str) -> tuple[str, dict[str, str]]:
+def parse_provider(text: str) -> ProviderSpec:
     """Return `--providers`' `NAME[:KEY=VALUE,...]` as a name and its options.
+
+    The options go to onnxruntime as they are, but a `device_id` on a
+    provider without a device of its own is refused.
 
     Examples:
         >>> from onnx_device_guard._doctor.command import parse_provider
@@ -158,6 +159,9 @@ def parse_provider(text: str) -> tuple[str, dict[str, str]]:
         ('CUDAExecutionProvider', {'device_id': '1'})
         >>> parse_provider("CPUExecutionProvider")
         ('CPUExecutionProvider', {})
+        >>> parse_provider("CPUExecutionProvider:device_id=1")
+        Traceback (most recent call last):
+        onnx_device_guard.ModelInputError: --providers 'CPUExecutionProvider:device_id=1': ...
     """
     name, _, rest = text.partition(":")
     name = name.strip()
@@ -182,31 +186,12 @@ def parse_provider(text: str) -> tuple[str, dict[str, str]]:
                 "by commas, as in CUDAExecutionProvider:device_id=1"
             )
         options[key.strip()] = value.strip()
+    if "device_id" in options and name in CPU_ONLY_PROVIDERS:
+        raise ModelInputError(
+            f"--providers {text!r}: {name} runs on no device of its own and takes no "
+            "device_id; give device_id to a GPU provider, as in CUDAExecutionProvider:device_id=1"
+        )
     return name, options
-
-
-def parse_providers(texts: Sequence[str]) -> list[ProviderSpec]:
-    """Return `--providers`' values, refusing a `device_id` on a provider without a device.
-
-    Other options go to onnxruntime as they are.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.command import parse_providers
-        >>> parse_providers(["CPUExecutionProvider:device_id=1"])
-        Traceback (most recent call last):
-        onnx_device_guard.ModelInputError: --providers 'CPUExecutionProvider:device_id=1': ...
-    """
-    providers: list[ProviderSpec] = []
-    for text in texts:
-        name, options = parse_provider(text)
-        if "device_id" in options and name in CPU_ONLY_PROVIDERS:
-            raise ModelInputError(
-                f"--providers {text!r}: {name} runs on no device of its own and takes no "
-                "device_id; give device_id to a GPU provider, as in "
-                "CUDAExecutionProvider:device_id=1"
-            )
-        providers.append((name, options))
-    return providers
 
 
 def inference_options(args: argparse.Namespace) -> InferenceOptions:
@@ -234,7 +219,7 @@ def check_names(plan: Plan) -> None:
         if isinstance(target, ModelError):
             continue
         try:
-            declared = model_inputs(plan.machine, target)
+            declared = model_inputs(plan.check.ort, target)
         except ModelInputError:
             continue
         if declared is None:  # names onnxruntime cannot decode: the check says so
@@ -262,7 +247,7 @@ def _report(plan: Plan, out: Output, progress: Progress) -> int:
     first, count = plan.targets[0], len(plan.targets)
     if count == 1 and isinstance(first, ModelError):  # a folder without models
         return _single_error(plan, out, first)
-    if plan.many and not plan.json and not _write(plan, out, render_machine(plan.machine.env)):
+    if plan.many and not plan.json and not _write(plan, out, render_machine(plan.check.env)):
         return out.status
     results: list[Facts | ModelError] = []
     for number, target in enumerate(plan.targets, start=1):
@@ -290,7 +275,7 @@ def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> F
             progress.show(f"{prefix}test inference, {seconds:.0f} s (Ctrl-C stops)")
 
     try:
-        return check_model(plan.machine, plan.check, target, waiting)
+        return check_model(plan.check, target, waiting)
     except ModelInputError as error:
         return ModelError(shown, error.message)
 

@@ -102,17 +102,12 @@ class InferenceOptions:
 
 
 @dataclass(frozen=True)
-class Machine:
-    """The onnxruntime module and the facts about the machine, probed once per run."""
+class Check:
+    """What to check each model with: the machine, the device, the providers, the inference."""
 
     ort: Any
+    """The onnxruntime module, imported by `environment`."""
     env: Environment
-
-
-@dataclass(frozen=True)
-class Check:
-    """What to check each model with: the device, the providers, where a fallback goes."""
-
     device: torch.device
     providers: Sequence[ProviderSpec]
     fallback: torch.device = field(default_factory=lambda: torch.device("cpu"))
@@ -152,14 +147,11 @@ def environment() -> tuple[Environment, Any]:
     )
 
 
-def check_model(
-    machine: Machine, check: Check, model: Path | None, wait: WaitHook | None = None
-) -> Facts:
+def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) -> Facts:
     """Create `model`'s session, align the device with it and run the test inference.
 
     Args:
-        machine: onnxruntime and the machine's facts, from `environment`.
-        check: The device, providers and inference options.
+        check: The machine, device, providers and inference options.
         model: The ONNX model file; `None` uses the packaged tiny model.
         wait: Called with the seconds spent while the inference runs (progress).
 
@@ -169,17 +161,17 @@ def check_model(
     """
     started = time.perf_counter()
     label = TINY_MODEL if model is None else display_path(model)
-    session, on_creation = create_session(machine.ort, load_model(model), label, check.providers)
+    session, on_creation = create_session(check.ort, load_model(model), label, check.providers)
     aligned, mismatch = align(session, check.device, check.fallback)
     with captured_output() as on_run:
         inference = run_with_deadline(session, aligned, check.options, wait)
     messages, omitted = clean_messages(
-        [*machine.env.import_messages, *on_creation.messages(), *on_run.messages()],
+        [*check.env.import_messages, *on_creation.messages(), *on_run.messages()],
         known=[inference.detail],
     )
     return Facts(
         model=label,
-        environment=machine.env,
+        environment=check.env,
         requested_providers=tuple(name for name, _ in check.providers),
         requested_provider_options={name: dict(opts) for name, opts in check.providers if opts},
         session_providers=tuple(session.get_providers()),
@@ -198,16 +190,14 @@ def check_model(
     )
 
 
-def model_inputs(machine: Machine, model: Path | None) -> tuple[ModelInput, ...] | None:
+def model_inputs(ort: Any, model: Path | None) -> tuple[ModelInput, ...] | None:
     """The inputs `model` declares, read from a CPU session; `None` when they cannot be read.
 
     Raises:
         ModelInputError: The model file is missing, unreadable or not an ONNX model.
     """
     label = TINY_MODEL if model is None else display_path(model)
-    session, _ = create_session(
-        machine.ort, load_model(model), label, [("CPUExecutionProvider", {})]
-    )
+    session, _ = create_session(ort, load_model(model), label, [("CPUExecutionProvider", {})])
     try:
         return declared_inputs(session)
     except Exception:  # the inference says why
