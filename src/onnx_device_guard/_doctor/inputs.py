@@ -116,6 +116,13 @@ class ModelInput:
         """
         return not self.dtype.is_floating_point and all(dim == 1 for dim in self.dims)
 
+    def takes(self, shape: tuple[int, ...]) -> bool:
+        """Whether `shape` has the input's rank and its fixed dimensions."""
+        pairs = zip(shape, self.dims, strict=False)
+        return len(shape) == len(self.dims) and all(
+            not isinstance(dim, int) or dim == size for size, dim in pairs
+        )
+
     def shape_text(self) -> str:
         """The declared shape as `1x3x?x?` (`[]` for a scalar)."""
         if not self.dims:
@@ -289,29 +296,19 @@ def check_overrides(
         model_input = by_name.get(name)
         if model_input is None:
             continue  # another model's input; the CLI reports names no model has
-        if override.shape is not None and not _fits(override.shape, model_input.dims):
+        if override.shape is not None and not model_input.takes(override.shape):
             raise ModelInputError(
                 f"--input {override.text!r} does not fit '{label}': its input {name!r} has "
                 f"shape {model_input.shape_text()} (? is dynamic)"
             )
         value = override.value
-        if (
-            isinstance(value, float)
-            and not model_input.dtype.is_floating_point
-            and not value.is_integer()
+        if isinstance(value, float) and not (
+            model_input.dtype.is_floating_point or value.is_integer()
         ):
             raise ModelInputError(
                 f"--input {override.text!r}: input {name!r} of '{label}' holds "
                 f"{str(model_input.dtype).removeprefix('torch.')}, not {value}"
             )
-
-
-def _fits(shape: tuple[int, ...], dims: tuple[int | str | None, ...]) -> bool:
-    if len(shape) != len(dims):
-        return False
-    return all(
-        not isinstance(dim, int) or dim == size for size, dim in zip(shape, dims, strict=True)
-    )
 
 
 def attempts(
