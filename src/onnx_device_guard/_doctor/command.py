@@ -46,8 +46,16 @@ from .render import (
     render_summary,
     render_text,
 )
-from .streams import PREFIX, Output, is_terminal, say_error
-from .terminal import Progress, colour_wanted, paint, printable
+from .terminal import (
+    PREFIX,
+    Output,
+    Progress,
+    colour_wanted,
+    is_terminal,
+    paint,
+    printable,
+    say_error,
+)
 
 Target = Path | ModelError | None
 """A model to check: a file, a path already known to be bad, or `None` for the tiny model."""
