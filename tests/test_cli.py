@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from onnx_device_guard._cli import EXIT_STATUS, main
-from onnx_device_guard._doctor.options import parse_provider
+from onnx_device_guard._doctor.command import parse_provider
 
 from . import doctor_models
 

@@ -68,7 +68,7 @@ class TestStartup:
             "importlib",
             "pathlib",
             "typing",
-            "._doctor.streams",
+            "._doctor.terminal",
         }
 
     def test_with_a_bare_parent_package_nothing_heavy_is_imported(self) -> None:

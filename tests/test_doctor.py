@@ -19,24 +19,24 @@ import pytest
 import torch
 
 from onnx_device_guard import ModelInputError
-from onnx_device_guard._doctor import (
+from onnx_device_guard._doctor.capture import Captured, captured_output, clean_messages
+from onnx_device_guard._doctor.diagnosis import (
     CUDA_REQUIREMENTS_URL,
     EXIT_PRECEDENCE,
-    Environment,
-    Facts,
     Finding,
-    InferenceCheck,
-    InstalledDistribution,
-    ModelError,
     diagnose,
     exit_code,
     headline,
-    render_json,
-    render_text,
     verdict,
     worst,
 )
-from onnx_device_guard._doctor.capture import Captured, captured_output, clean_messages
+from onnx_device_guard._doctor.facts import (
+    Environment,
+    Facts,
+    InferenceCheck,
+    InstalledDistribution,
+    ModelError,
+)
 from onnx_device_guard._doctor.files import read_model_file
 from onnx_device_guard._doctor.probe import (
     TINY_MODEL,
@@ -50,7 +50,7 @@ from onnx_device_guard._doctor.probe import (
     run_with_deadline,
     suggest_provider,
 )
-from onnx_device_guard._doctor.render import render_json_error
+from onnx_device_guard._doctor.render import render_json, render_json_error, render_text
 from onnx_device_guard._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
 
 from .sessions import FakeSession, cpu_session, cuda_session

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from onnx_device_guard._doctor import Environment, Facts
 from onnx_device_guard._doctor import inputs as doctor_inputs
+from onnx_device_guard._doctor.facts import Environment, Facts
 from onnx_device_guard._doctor.inputs import ModelInput, default_value, has_role, named_by_a_person
 
 SOURCES = Path(__file__).resolve().parents[1] / "src" / "onnx_device_guard"

@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
-from ._doctor.streams import (
+from ._doctor.terminal import (
     occupy_closed_standard_streams,
     say_error,
     tolerate_unencodable_output,
 )
 
 PROG = "onnx-device-guard"
+
+_Number = TypeVar("_Number", int, float)
 
 INTERRUPTED = 130
 """The exit status after Ctrl-C (128 + SIGINT, as shells report it)."""
@@ -160,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument(
         "--max-input-mib",
-        type=_positive_int,
+        type=_above_zero(int, "a whole number of 1 or more"),
         default=None,
         metavar="MIB",
         help="the most memory one set of test inputs may take (default: 256); larger inputs "
@@ -168,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=_above_zero(float, "a number of seconds above 0"),
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help=f"the most seconds one model's test inference may take, search included "
@@ -197,41 +199,22 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
-    return number
+def _above_zero(convert: Callable[[str], _Number], what: str) -> Callable[[str], _Number]:
+    """An argument type: `convert`'s finite number above 0, or a usage error saying `what`."""
 
+    def parse(text: str) -> _Number:
+        try:
+            number = convert(text)
+        except ValueError:
+            number = convert("0")
+        if not (number > 0 and math.isfinite(number)):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return number
 
-def _positive_seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return seconds
+    return parse
 
 
 def _doctor(args: argparse.Namespace) -> int:
     from ._doctor.command import run
-    from ._doctor.options import Request
 
-    return run(
-        Request(
-            models=tuple(args.models),
-            device=args.device,
-            providers=None if args.providers is None else tuple(args.providers),
-            inputs=tuple(args.input),
-            dims=tuple(args.dim),
-            run=not args.no_inference,
-            max_input_mib=args.max_input_mib,
-            timeout=args.timeout,
-            json=args.json,
-            strict=args.strict,
-        )
-    )
+    return run(args)

@@ -11,25 +11,31 @@ stdout; with `--json`, a model that cannot be checked is still a JSON object.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
-from .core import RESOLUTION_MODE, ModelInputError, read_environment
+import torch
+
+from .._devices import as_device
+from .._environment import RESOLUTION_MODE
+from .._environment import read as read_environment
+from .._errors import ModelInputError
 from .diagnosis import EXIT_BAD_INPUT, diagnose, status_of, worst
 from .facts import Facts, ModelError, listed
 from .files import display_path, expand, is_directory
-from .inputs import check_overrides
-from .options import Request, inference_options, parse_device, parse_providers
+from .inputs import DEFAULT_MAX_INPUT_MIB, check_overrides, parse_dim_option, parse_input_option
 from .probe import (
+    MIB,
     TINY_MODEL,
     Check,
-    Machine,
+    InferenceOptions,
+    ProviderSpec,
     check_model,
     check_provider_names,
-    default_device,
     environment,
     model_inputs,
 )
@@ -40,18 +46,30 @@ from .render import (
     render_summary,
     render_text,
 )
-from .streams import PREFIX, Output, say_error
-from .terminal import Progress, colour_wanted, paint, printable
+from .terminal import (
+    PREFIX,
+    Output,
+    Progress,
+    colour_wanted,
+    is_terminal,
+    paint,
+    printable,
+    say_error,
+)
 
 Target = Path | ModelError | None
 """A model to check: a file, a path already known to be bad, or `None` for the tiny model."""
+
+CPU_ONLY_PROVIDERS = frozenset(
+    {"CPUExecutionProvider", "AzureExecutionProvider", "XnnpackExecutionProvider"}
+)
+"""Providers that run on no device of their own, so a `device_id` option means a mistake."""
 
 
 @dataclass(frozen=True)
 class Plan:
     """Everything settled before the first model is checked."""
 
-    machine: Machine
     check: Check
     targets: tuple[Target, ...]
     many: bool
@@ -62,11 +80,11 @@ class Plan:
     colour: bool
 
 
-def run(request: Request) -> int:
-    """Run the doctor for `request`; return the exit status."""
+def run(args: argparse.Namespace) -> int:
+    """Run the doctor for the parsed command line `args`; return the exit status."""
     try:
-        plan = make_plan(request)
-        if request.inputs or request.dims:
+        plan = make_plan(args)
+        if args.input or args.dim:
             check_names(plan)
     except ModelInputError as error:
         say_error(PREFIX + error.message)
@@ -78,32 +96,121 @@ def run(request: Request) -> int:
         progress.close()
 
 
-def make_plan(request: Request) -> Plan:
+def make_plan(args: argparse.Namespace) -> Plan:
     """Check the options and the environment, probe the machine; raise `ModelInputError`."""
-    mode, fallback = read_environment()
-    device = None if request.device is None else parse_device(request.device)
-    providers = None if request.providers is None else parse_providers(request.providers)
-    options = inference_options(request)
-    targets: tuple[Target, ...] = tuple(expand(request.models)) if request.models else (None,)
+    settings = read_environment()  # every field is filled in: the built-in defaults are beneath
+    device = None if args.device is None else parse_device(args.device)
+    providers = None if args.providers is None else list(map(parse_provider, args.providers))
+    options = inference_options(args)
+    targets: tuple[Target, ...] = tuple(expand(args.models)) if args.models else (None,)
     env, ort = environment()
     providers = providers or [(name, {}) for name in env.available_providers]
     check_provider_names([name for name, _ in providers], ort.get_all_providers())
-    strict_by = "--strict" if request.strict else None
-    if strict_by is None and mode == "fail":
+    strict_by = "--strict" if args.strict else None
+    if strict_by is None and settings.resolution_mode == "fail":
         strict_by = f"{RESOLUTION_MODE}=fail"
+    default = torch.device("cuda" if env.torch_cuda_device_count else "cpu")
     return Plan(
-        machine=Machine(ort, env),
         check=Check(
-            device=default_device(env) if device is None else device,
+            ort=ort,
+            env=env,
+            device=device or default,
             providers=providers,
-            fallback=fallback,
+            fallback=cast(torch.device, settings.fallback_device),
             options=options,
         ),
         targets=targets,
-        many=len(request.models) > 1 or any(map(is_directory, request.models)),
-        json=request.json,
+        many=len(args.models) > 1 or any(map(is_directory, args.models)),
+        json=args.json,
         strict_by=strict_by,
-        colour=not request.json and colour_wanted(_is_terminal(sys.stdout)),
+        colour=not args.json and colour_wanted(is_terminal(sys.stdout)),
+    )
+
+
+def parse_device(text: str) -> torch.device:
+    """Return `--device`'s value as a `device`, or raise `ModelInputError`.
+
+    The value goes through the library's `as_device`, so the doctor refuses
+    exactly what the core refuses.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.command import parse_device
+        >>> parse_device("cuda:1")
+        device(type='cuda', index=1)
+        >>> parse_device("gpu")
+        Traceback (most recent call last):
+        onnx_device_guard.ModelInputError: --device 'gpu' is not a device torch understands; ...
+        >>> parse_device("cuda:999")
+        Traceback (most recent call last):
+        onnx_device_guard.ModelInputError: --device='cuda:999' has device index 999, which ...
+    """
+    try:
+        return as_device(text, "--device")
+    except ModelInputError as error:
+        if "understands" in error.message:  # torch could not parse it
+            raise ModelInputError(
+                f"--device {text!r} is not a device torch understands; "
+                "use a device such as 'cpu', 'cuda' or 'cuda:1'"
+            ) from None
+        raise ModelInputError(error.message.rstrip(".")) from None
+
+
+def parse_provider(text: str) -> ProviderSpec:
+    """Return `--providers`' `NAME[:KEY=VALUE,...]` as a name and its options.
+
+    The options go to onnxruntime as they are, but a `device_id` on a
+    provider without a device of its own is refused.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.command import parse_provider
+        >>> parse_provider("CUDAExecutionProvider:device_id=1")
+        ('CUDAExecutionProvider', {'device_id': '1'})
+        >>> parse_provider("CPUExecutionProvider")
+        ('CPUExecutionProvider', {})
+        >>> parse_provider("CPUExecutionProvider:device_id=1")
+        Traceback (most recent call last):
+        onnx_device_guard.ModelInputError: --providers 'CPUExecutionProvider:device_id=1': ...
+    """
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    if not text.strip():
+        raise ModelInputError(
+            "--providers got an empty name; give execution provider names such as "
+            "CUDAExecutionProvider CPUExecutionProvider, or leave --providers out for all "
+            "that onnxruntime offers"
+        )
+    if name.lower().endswith((".onnx", ".ort")) or "/" in name or "\\" in name:
+        raise ModelInputError(
+            f"{text!r} was read as an execution provider; put the models before --providers"
+        )
+    if not name:
+        raise ModelInputError(f"--providers {text!r} has no provider name before ':'")
+    options: dict[str, str] = {}
+    for pair in filter(None, (part.strip() for part in rest.split(","))):
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise ModelInputError(
+                f"--providers {text!r}: provider options must be KEY=VALUE pairs separated "
+                "by commas, as in CUDAExecutionProvider:device_id=1"
+            )
+        options[key.strip()] = value.strip()
+    if "device_id" in options and name in CPU_ONLY_PROVIDERS:
+        raise ModelInputError(
+            f"--providers {text!r}: {name} runs on no device of its own and takes no "
+            "device_id; give device_id to a GPU provider, as in CUDAExecutionProvider:device_id=1"
+        )
+    return name, options
+
+
+def inference_options(args: argparse.Namespace) -> InferenceOptions:
+    """Return `--input`, `--dim`, `--max-input-mib`, `--no-inference` and `--timeout`, checked."""
+    overrides = {override.name: override for override in map(parse_input_option, args.input)}
+    return InferenceOptions(
+        overrides=overrides,
+        dims=dict(map(parse_dim_option, args.dim)),
+        max_bytes=(args.max_input_mib or DEFAULT_MAX_INPUT_MIB) * MIB,
+        run=not args.no_inference,
+        timeout=args.timeout,
     )
 
 
@@ -120,7 +227,7 @@ def check_names(plan: Plan) -> None:
         if isinstance(target, ModelError):
             continue
         try:
-            declared = model_inputs(plan.machine, target)
+            declared = model_inputs(plan.check.ort, target)
         except ModelInputError:
             continue
         if declared is None:  # names onnxruntime cannot decode: the check says so
@@ -145,46 +252,38 @@ def check_names(plan: Plan) -> None:
 
 
 def _report(plan: Plan, out: Output, progress: Progress) -> int:
-    first = plan.targets[0]
-    if len(plan.targets) == 1 and isinstance(first, ModelError):  # a folder without models
+    first, count = plan.targets[0], len(plan.targets)
+    if count == 1 and isinstance(first, ModelError):  # a folder without models
         return _single_error(plan, out, first)
-    if plan.many and not plan.json and not _write(plan, out, render_machine(plan.machine.env)):
+    if plan.many and not plan.json and not _write(plan, out, render_machine(plan.check.env)):
         return out.status
     results: list[Facts | ModelError] = []
     for number, target in enumerate(plan.targets, start=1):
-        result = _check_one(plan, target, _Step(progress, number, len(plan.targets)))
+        prefix = f"[{number}/{count}] " if count > 1 else ""
+        result = _check_one(plan, target, progress, prefix)
         progress.clear()
         results.append(result)
-        if isinstance(result, ModelError) and len(plan.targets) == 1:
+        if isinstance(result, ModelError) and count == 1:
             return _single_error(plan, out, result)
         if not plan.json and not _write(plan, out, _section(plan, result)):
             return out.status
     return _finish(plan, out, results)
 
 
-class _Step:
-    """The progress line for one model: which one, and how long its inference has run."""
-
-    def __init__(self, progress: Progress, number: int, count: int) -> None:
-        self.progress = progress
-        self.prefix = f"[{number}/{count}] " if count > 1 else ""
-
-    def start(self, name: str) -> None:
-        if self.prefix:
-            self.progress.show(f"{self.prefix}checking {name}")
-
-    def waiting(self, seconds: float) -> None:
-        if seconds >= 2:
-            self.progress.show(f"{self.prefix}test inference, {seconds:.0f} s (Ctrl-C stops)")
-
-
-def _check_one(plan: Plan, target: Target, step: _Step) -> Facts | ModelError:
+def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> Facts | ModelError:
+    """Check one model, its progress line saying which one and how long its inference runs."""
     if isinstance(target, ModelError):
         return target
     shown = TINY_MODEL if target is None else display_path(target)
-    step.start(shown)
+    if prefix:
+        progress.show(f"{prefix}checking {shown}")
+
+    def waiting(seconds: float) -> None:
+        if seconds >= 2:
+            progress.show(f"{prefix}test inference, {seconds:.0f} s (Ctrl-C stops)")
+
     try:
-        return check_model(plan.machine, plan.check, target, step.waiting)
+        return check_model(plan.check, target, waiting)
     except ModelInputError as error:
         return ModelError(shown, error.message)
 
@@ -230,10 +329,3 @@ def _write(plan: Plan, out: Output, text: str) -> bool:
     """Write a piece of the text report: control characters escaped, verdicts coloured."""
     text = printable(text)
     return out.write((paint(text) if plan.colour else text) + "\n")
-
-
-def _is_terminal(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
-        return False

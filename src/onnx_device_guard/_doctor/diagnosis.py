@@ -11,8 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from .core import GPU_CAPABLE_EXECUTION_PROVIDERS, cuda_index, first_gpu_provider
-from .facts import Facts, ModelError, Verdict, listed, one_line
+from .._devices import cuda_index
+from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, first_gpu_provider
+from .facts import Facts, InferenceCheck, ModelError, Verdict, listed, one_line
 
 CUDA_REQUIREMENTS_URL = (
     "https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements"
@@ -78,7 +79,8 @@ def diagnose(facts: Facts) -> tuple[Finding, ...]:
 
     Examples:
         >>> import torch
-        >>> from onnx_device_guard._doctor import Environment, Facts, InferenceCheck, diagnose
+        >>> from onnx_device_guard._doctor.diagnosis import diagnose
+        >>> from onnx_device_guard._doctor.facts import Environment, Facts, InferenceCheck
         >>> machine = Environment(
         ...     onnx_device_guard_version="0.1.0", python="3.11", torch_version="2.4.0",
         ...     torch_gpu_build="CUDA 12.4", torch_cuda_device_count=1,
@@ -186,19 +188,14 @@ def headline(facts: Facts) -> str:
         return f"FAILED: the test inference on {aligned!r}{moved} did not complete."
     device_answer = _device_answer(facts)
     if result == "inconclusive":
-        named = listed([repr(name) for name in facts.inference.culprits])
-        about = (
-            f" (input {named})"
-            if len(facts.inference.culprits) == 1
-            else (f" (inputs {named})" if named else "")
-        )
+        culprits = facts.inference.culprits
+        named = listed([repr(name) for name in culprits])
+        about = f" (input{'s' * (len(culprits) > 1)} {named})" if culprits else ""
         return (
             f"INCONCLUSIVE: {device_answer} But the test inference could not run with the "
             f"inputs the doctor tried{about}."
         )
-    if result == "fallback":
-        return f"FALLBACK: {device_answer}"
-    return f"OK: {device_answer}"
+    return f"{result.upper()}: {device_answer}"
 
 
 def _device_answer(facts: Facts) -> str:
@@ -216,38 +213,27 @@ def _device_answer(facts: Facts) -> str:
 
 
 def _distribution_findings(facts: Facts) -> list[Finding]:
-    owners = facts.module_owners
-    if len(owners) < 2:
+    if len(facts.environment.module_owners) < 2:
         return []
-    names = " ".join(dist.name for dist in owners)
-    return [
-        Finding(
-            "several-distributions",
-            problem=(
-                f"Several installed distributions provide the onnxruntime module "
-                f"({', '.join(map(str, owners))}). They overwrite each other's files, so "
-                "which execution providers load depends on the order they were installed in."
-            ),
-            fix=(
-                f"Uninstall all of them (`pip uninstall -y {names}`), then install exactly one: "
-                "onnxruntime-gpu for CUDA, onnxruntime for CPU only."
-            ),
-            help_url=_INSTALL_URL,
-        )
-    ]
+    problem = (
+        f"Several installed distributions provide the onnxruntime module ({_build(facts)}). "
+        "They overwrite each other's files, so which execution providers load depends on the "
+        "order they were installed in."
+    )
+    fix = (
+        f"Uninstall all of them (`pip uninstall -y {_owners(facts)}`), then install exactly "
+        "one: onnxruntime-gpu for CUDA, onnxruntime for CPU only."
+    )
+    return [Finding("several-distributions", problem, fix, _INSTALL_URL)]
 
 
 def _provider_findings(facts: Facts) -> list[Finding]:
-    findings = []
     available, running = set(facts.environment.available_providers), set(facts.session_providers)
-    for name in dict.fromkeys(facts.requested_providers):
-        if name in running:
-            continue
-        if name in available:
-            findings.append(_dropped(name, facts))
-        else:
-            findings.append(_not_in_build(name, facts))
-    return findings
+    return [
+        (_dropped if name in available else _not_in_build)(name, facts)
+        for name in dict.fromkeys(facts.requested_providers)
+        if name not in running
+    ]
 
 
 def _not_in_build(name: str, facts: Facts) -> Finding:
@@ -262,33 +248,42 @@ def _not_in_build(name: str, facts: Facts) -> Finding:
         f"{', '.join(facts.environment.available_providers)}. {then}, and the session runs "
         "without it."
     )
+    wanted = _DISTRIBUTION_FOR_PROVIDER.get(name)
     if name == "NvTensorRTRTXExecutionProvider":
         fix = (
             "It is a plugin provider: install onnxruntime-ep-nv-tensorrt-rtx and register it "
             "with onnxruntime.register_execution_provider_library() before creating the "
             "session (the doctor cannot register plugins)."
         )
-    elif name in _DISTRIBUTION_FOR_PROVIDER:
-        wanted = _DISTRIBUTION_FOR_PROVIDER[name]
-        fix = f"pip install {wanted}"
-        if facts.module_owners:
-            owners = " ".join(dist.name for dist in facts.module_owners)
-            fix = f"pip uninstall -y {owners} && {fix}"
-        fix = f"Install the onnxruntime build that has it: `{fix}`"
-        if wanted == "onnxruntime-gpu":
-            fix += " (exactly one onnxruntime package, none beside it)"
-        fix += "."
-    else:
+    elif wanted is None:
         fix = f"Install an onnxruntime build that includes {name}, or leave it out."
+    else:
+        uninstall = (
+            f"pip uninstall -y {_owners(facts)} && " if facts.environment.module_owners else ""
+        )
+        alone = " (exactly one onnxruntime package, none beside it)"
+        fix = f"Install the onnxruntime build that has it: `{uninstall}pip install {wanted}`"
+        fix += f"{alone if wanted == 'onnxruntime-gpu' else ''}."
     return Finding("provider-not-in-build", problem, fix, _INSTALL_URL)
 
 
+# Why a provider in the build may not load, by provider ({version}: onnxruntime's).
+_DROPPED_FIX: Mapping[str, str] = {
+    "TensorrtExecutionProvider": "The TensorRT libraries it needs are missing or mismatched: "
+    "install the TensorRT version this onnxruntime-gpu needs, or leave "
+    "TensorrtExecutionProvider out (CUDAExecutionProvider alone reads CUDA tensors).",
+    "CUDAExecutionProvider": "The CUDA or cuDNN libraries it needs are missing or of the wrong "
+    "major version. Install the ones onnxruntime {version} was built for (system-wide or as "
+    "nvidia-* pip packages), and call onnxruntime.preload_dlls() before creating the session "
+    "so that they are found.",
+    "GPU": "The GPU libraries {name} needs are missing or mismatched: install the versions "
+    "onnxruntime {version} was built for.",
+    "other": "Look at onnxruntime's messages for why {name} did not load, and install what it "
+    "needs.",
+}
+
+
 def _dropped(name: str, facts: Facts) -> Finding:
-    said = [
-        message
-        for message in facts.onnxruntime_messages
-        if name in message or "Failed to load library" in message
-    ]
     if facts.session_retry is not None:
         problem = (
             f"{name} is in this onnxruntime build, but creating the session with it failed "
@@ -296,215 +291,147 @@ def _dropped(name: str, facts: Facts) -> Finding:
             "the session runs without it."
         )
     else:
+        said = [m for m in facts.onnxruntime_messages if name in m or "Failed to load library" in m]
         reason = f" It said: {one_line(said[0])}" if said else ""
         problem = (
             f"{name} is in this onnxruntime build, but onnxruntime dropped it when it "
             f"created the session.{reason}"
         )
-    if name == "TensorrtExecutionProvider":
-        fix = (
-            "The TensorRT libraries it needs are missing or mismatched: install the TensorRT "
-            "version this onnxruntime-gpu needs, or leave TensorrtExecutionProvider out "
-            "(CUDAExecutionProvider alone reads CUDA tensors)."
-        )
-    elif name == "CUDAExecutionProvider":
-        fix = (
-            f"The CUDA or cuDNN libraries it needs are missing or of the wrong major "
-            f"version. Install the ones onnxruntime {facts.environment.onnxruntime_version} "
-            "was built for (system-wide or as nvidia-* pip packages), and call "
-            "onnxruntime.preload_dlls() before creating the session so that they are found."
-        )
-    elif name in GPU_CAPABLE_EXECUTION_PROVIDERS:
-        fix = (
-            f"The GPU libraries {name} needs are missing or mismatched: install the versions "
-            f"onnxruntime {facts.environment.onnxruntime_version} was built for."
-        )
-    else:
-        fix = (
-            f"Look at onnxruntime's messages for why {name} did not load, and install "
-            "what it needs."
-        )
+    gpu = "GPU" if name in GPU_CAPABLE_EXECUTION_PROVIDERS else "other"
+    fix = _DROPPED_FIX.get(name, _DROPPED_FIX[gpu])
+    fix = fix.format(name=name, version=facts.environment.onnxruntime_version)
     return Finding("provider-dropped", problem, fix, _REQUIREMENTS_URL.get(name))
 
 
 def _device_findings(facts: Facts) -> list[Finding]:
-    device = facts.requested_device
-    mismatch = facts.mismatch
+    device, mismatch = str(facts.requested_device), facts.mismatch
     if mismatch is None:
-        if device.type in ("cpu", "cuda"):
+        if facts.requested_device.type in ("cpu", "cuda"):
             return []
-        return [
-            Finding(
-                "device-not-checked",
-                problem=(
-                    f"onnx-device-guard checks only CUDA devices; {str(device)!r} is passed "
-                    "through unchecked."
-                ),
-                fix=(
-                    f"Make sure one of the session's providers reads {device.type!r} memory, "
-                    "or use device 'cpu'."
-                ),
-            )
-        ]
+        problem = (
+            f"onnx-device-guard checks only CUDA devices; {device!r} is passed through unchecked."
+        )
+        fix = (
+            f"Make sure one of the session's providers reads {facts.requested_device.type!r} "
+            "memory, or use device 'cpu'."
+        )
+        return [Finding("device-not-checked", problem, fix)]
     if mismatch.session_device is not None:
         return [Finding("device-id-mismatch", mismatch.problem, mismatch.fix, mismatch.help_url)]
     if any(name in GPU_CAPABLE_EXECUTION_PROVIDERS for name in facts.requested_providers):
-        # A GPU provider was asked for and lost: the provider findings say why.
-        return []
+        return []  # a GPU provider was asked for and lost: the provider findings say why
+    available = ", ".join(facts.environment.available_providers)
     in_build = first_gpu_provider(facts.environment.available_providers)
     if in_build is not None:
-        return [
-            Finding(
-                "no-gpu-provider-requested",
-                problem=(
-                    f"The device is {str(device)!r}, but the session was created with "
-                    f"{', '.join(facts.requested_providers)}, none of which reads CUDA tensors."
-                ),
-                fix=(
-                    f"Put {in_build} first in the providers (`--providers {in_build} "
-                    "CPUExecutionProvider`), or ask for device 'cpu'."
-                ),
-                help_url=mismatch.help_url,
-            )
-        ]
-    owners = " ".join(dist.name for dist in facts.module_owners) or "onnxruntime"
-    return [
-        Finding(
-            "no-gpu-provider-in-build",
-            problem=(
-                f"This onnxruntime build ({_build(facts)}) has no GPU-capable execution "
-                f"provider; it offers only {', '.join(facts.environment.available_providers)}."
-            ),
-            fix=(
-                f"To run on the GPU: `pip uninstall -y {owners} && pip install onnxruntime-gpu`. "
-                "Otherwise ask for device 'cpu'."
-            ),
-            help_url=_INSTALL_URL,
+        problem = (
+            f"The device is {device!r}, but the session was created with "
+            f"{', '.join(facts.requested_providers)}, none of which reads CUDA tensors."
         )
-    ]
+        fix = (
+            f"Put {in_build} first in the providers (`--providers {in_build} "
+            "CPUExecutionProvider`), or ask for device 'cpu'."
+        )
+        return [Finding("no-gpu-provider-requested", problem, fix, mismatch.help_url)]
+    problem = (
+        f"This onnxruntime build ({_build(facts)}) has no GPU-capable execution provider; it "
+        f"offers only {available}."
+    )
+    fix = (
+        f"To run on the GPU: `pip uninstall -y {_owners(facts) or 'onnxruntime'} && pip install "
+        "onnxruntime-gpu`. Otherwise ask for device 'cpu'."
+    )
+    return [Finding("no-gpu-provider-in-build", problem, fix, _INSTALL_URL)]
 
 
 def _torch_findings(facts: Facts) -> list[Finding]:
-    device = facts.requested_device
-    if device.type != "cuda":
-        return []
-    env = facts.environment
+    env, device = facts.environment, str(facts.requested_device)
     count = env.torch_cuda_device_count
-    said = f" torch said: {one_line(env.torch_messages[0])}" if env.torch_messages else ""
-    if count == 0 and env.torch_gpu_build is None:
-        return [
-            Finding(
-                "torch-sees-no-cuda",
-                problem=(
-                    f"torch {env.torch_version} is a CPU-only build, so it cannot put "
-                    f"tensors on {str(device)!r} even where onnxruntime could read them."
-                ),
-                fix=(
-                    "Install a CUDA build of torch (the selector on pytorch.org gives the "
-                    "command), or ask for device 'cpu'."
-                ),
-            )
-        ]
-    if count == 0:
-        return [
-            Finding(
-                "torch-sees-no-cuda",
-                problem=(
-                    f"torch {env.torch_version} is built for {env.torch_gpu_build} but "
-                    f"sees no CUDA device.{said}"
-                ),
-                fix=(
-                    "Check that the GPU driver works (nvidia-smi) and that "
-                    "CUDA_VISIBLE_DEVICES does not hide the GPUs."
-                ),
-            )
-        ]
-    index = cuda_index(device)
-    if index < count:
+    if facts.requested_device.type != "cuda" or cuda_index(facts.requested_device) < count:
         return []
-    return [
-        Finding(
-            "torch-device-index",
-            problem=(
-                f"{str(device)!r} does not exist: torch sees {count} CUDA device(s), "
-                f"cuda:0 to cuda:{count - 1}."
-            ),
-            fix=(
-                "Ask for one of those; CUDA_VISIBLE_DEVICES renumbers the GPUs a process "
-                "sees from 0."
-            ),
+    if count == 0 and env.torch_gpu_build is None:
+        problem = (
+            f"torch {env.torch_version} is a CPU-only build, so it cannot put tensors on "
+            f"{device!r} even where onnxruntime could read them."
         )
-    ]
+        fix = (
+            "Install a CUDA build of torch (the selector on pytorch.org gives the command), "
+            "or ask for device 'cpu'."
+        )
+        return [Finding("torch-sees-no-cuda", problem, fix)]
+    if count == 0:
+        said = f" torch said: {one_line(env.torch_messages[0])}" if env.torch_messages else ""
+        problem = (
+            f"torch {env.torch_version} is built for {env.torch_gpu_build} but sees no CUDA "
+            f"device.{said}"
+        )
+        fix = (
+            "Check that the GPU driver works (nvidia-smi) and that CUDA_VISIBLE_DEVICES does "
+            "not hide the GPUs."
+        )
+        return [Finding("torch-sees-no-cuda", problem, fix)]
+    problem = (
+        f"{device!r} does not exist: torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}."
+    )
+    fix = "Ask for one of those; CUDA_VISIBLE_DEVICES renumbers the GPUs a process sees from 0."
+    return [Finding("torch-device-index", problem, fix)]
+
+
+# What to allow, and what smaller, for the option that would make a bounded run conclusive.
+_ALLOW: Mapping[str, tuple[str, str]] = {
+    "--timeout": ("it more time", "inputs"),
+    "--max-input-mib": ("the inputs", "ones"),
+}
 
 
 def _inference_findings(facts: Facts) -> list[Finding]:
-    check = facts.inference
-    aligned = str(facts.aligned_device)
+    check, aligned = facts.inference, str(facts.aligned_device)
     if check.status == "failed":
-        if facts.aligned_device.type == "cuda":
-            fix = (
-                f"The session cannot run on {aligned!r}: fix the causes above (if any), "
-                "or ask for device 'cpu'."
-            )
-        else:
-            fix = (
-                f"onnxruntime cannot run this model on {aligned!r} with its own provider; "
-                "its error above says why."
-            )
-        return [
-            Finding(
-                "inference-failed",
-                problem=f"The test inference did not complete: {check.detail}",
-                fix=fix,
-            )
-        ]
+        fix = (
+            f"The session cannot run on {aligned!r}: fix the causes above (if any), or ask for "
+            "device 'cpu'."
+            if facts.aligned_device.type == "cuda"
+            else f"onnxruntime cannot run this model on {aligned!r} with its own provider; its "
+            "error above says why."
+        )
+        problem = f"The test inference did not complete: {check.detail}"
+        return [Finding("inference-failed", problem, fix)]
     if check.status == "inconclusive":
-        if check.suggestion[:1] == ("--timeout",):
-            fix = (
-                f"Allow it more time with `{' '.join(check.suggestion)}`, give smaller inputs "
-                "with --input or --dim, or check the device alone with `--no-inference`."
-            )
-        elif check.suggestion[:1] == ("--max-input-mib",):
-            fix = (
-                f"Allow the inputs with `{' '.join(check.suggestion)}`, give smaller ones "
-                "with --input or --dim, or check the device alone with `--no-inference`."
-            )
-        else:
-            named = listed([repr(name) for name in check.culprits]) or "the inputs"
-            options = listed([f"`{hint}`" for hint in check.hints], separator=" or ") or (
-                "`--input NAME=SHAPE[:VALUE]` or `--dim NAME=N`"
-            )
-            fix = (
-                f"Give {named} a shape and value the model accepts: {options}, with the "
-                "capitals filled in (as in `--input x=1x3x224x224` or `--input sr=:16000`); "
-                "or check the device alone with `--no-inference`."
-            )
-        return [
-            Finding(
-                "inference-inconclusive",
-                problem=(
-                    f"The test inference was inconclusive: {check.detail}. This says nothing "
-                    f"against the device: the session reads tensors on {aligned!r}."
-                ),
-                fix=fix,
-            )
-        ]
+        problem = (
+            f"The test inference was inconclusive: {check.detail}. This says nothing against "
+            f"the device: the session reads tensors on {aligned!r}."
+        )
+        return [Finding("inference-inconclusive", problem, _inconclusive_fix(check))]
     if check.status == "skipped" and check.detail != "not run (--no-inference)":
-        return [
-            Finding(
-                "inference-skipped",
-                problem=f"The test inference was skipped: {check.detail}",
-                fix=(
-                    f"Run one inference of your own on {aligned!r} to confirm the session "
-                    "works there."
-                ),
-            )
-        ]
+        problem = f"The test inference was skipped: {check.detail}"
+        fix = f"Run one inference of your own on {aligned!r} to confirm the session works there."
+        return [Finding("inference-skipped", problem, fix)]
     return []
 
 
+def _inconclusive_fix(check: InferenceCheck) -> str:
+    alone = "check the device alone with `--no-inference`."
+    if check.suggestion and check.suggestion[0] in _ALLOW:
+        what, smaller = _ALLOW[check.suggestion[0]]
+        return (
+            f"Allow {what} with `{' '.join(check.suggestion)}`, give smaller {smaller} with "
+            f"--input or --dim, or {alone}"
+        )
+    named = listed([repr(name) for name in check.culprits]) or "the inputs"
+    options = listed([f"`{hint}`" for hint in check.hints], separator=" or ") or (
+        "`--input NAME=SHAPE[:VALUE]` or `--dim NAME=N`"
+    )
+    return (
+        f"Give {named} a shape and value the model accepts: {options}, with the capitals filled "
+        f"in (as in `--input x=1x3x224x224` or `--input sr=:16000`); or {alone}"
+    )
+
+
+def _owners(facts: Facts) -> str:
+    return " ".join(dist.name for dist in facts.environment.module_owners)
+
+
 def _build(facts: Facts) -> str:
-    owners = facts.module_owners
+    owners = facts.environment.module_owners
     if owners:
         return ", ".join(map(str, owners))
     return f"onnxruntime {facts.environment.onnxruntime_version}"

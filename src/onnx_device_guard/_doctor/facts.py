@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from .core import Mismatch
+from .._alignment import Mismatch
 
 InferenceStatus = Literal["ok", "failed", "inconclusive", "skipped"]
 """How the test inference went.
@@ -122,11 +122,6 @@ class Facts:
     def fell_back(self) -> bool:
         """Whether the device had to be changed for the session to read it."""
         return self.aligned_device != self.requested_device
-
-    @property
-    def module_owners(self) -> tuple[InstalledDistribution, ...]:
-        """The installed distributions that provide the `onnxruntime` module."""
-        return self.environment.module_owners
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .core import ModelInputError
+from .._errors import ModelInputError
 from .facts import ModelError
 
 MODEL_SUFFIX = ".onnx"
@@ -42,26 +42,24 @@ def display_path(path: Path | str) -> str:
     return f"{text[:keep]}...{text[-(_PATH_SHOWN - 3 - keep) :]}"
 
 
+# Why a path cannot be used, by the `errno` of the `OSError` that reading it raised.
+_PROBLEMS: Mapping[int, str] = {
+    errno.ENOENT: "the path '{shown}' does not exist",
+    errno.ENOTDIR: "the path '{shown}' does not exist",
+    errno.ENAMETOOLONG: "'{shown}' is longer than the file system allows for a path or a file "
+    "name ({size} bytes); give a shorter path",
+    errno.EACCES: "cannot read '{shown}': permission denied (the file, or a folder on its way, "
+    "does not let this user read or search it)",
+    errno.ELOOP: "'{shown}' is a loop of symbolic links",
+}
+
+
 def file_problem(path: Path, error: OSError) -> str:
     """Say in one line why `path` cannot be used, from the `OSError` that reading it raised."""
-    shown = display_path(path)
-    code = error.errno
-    if code in (errno.ENOENT, errno.ENOTDIR):
-        return f"the path '{shown}' does not exist"
-    if code == errno.ENAMETOOLONG:
-        return (
-            f"'{shown}' is longer than the file system allows for a path or a file name "
-            f"({len(os.fsencode(path))} bytes); give a shorter path"
-        )
-    if code in (errno.EACCES, errno.EPERM):
-        return (
-            f"cannot read '{shown}': permission denied (the file, or a folder on its way, "
-            "does not let this user read or search it)"
-        )
-    if code == errno.ELOOP:
-        return f"'{shown}' is a loop of symbolic links"
+    code = errno.EACCES if error.errno == errno.EPERM else error.errno
     reason = error.strerror or type(error).__name__
-    return f"cannot read '{shown}': {reason}"
+    problem = _PROBLEMS.get(code or 0, "cannot read '{shown}': {reason}")
+    return problem.format(shown=display_path(path), size=len(os.fsencode(path)), reason=reason)
 
 
 def _stat(path: Path) -> os.stat_result:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .core import ModelInputError
+from .._errors import ModelInputError
 
 SIZES = (1, 32, 224, 512, 1024)
 """The sizes tried in turn for every dynamic dimension."""
@@ -108,9 +108,20 @@ class ModelInput:
         return any(not isinstance(dim, int) for dim in self.dims)
 
     @property
-    def scalar_like(self) -> bool:
-        """Whether the input holds one number: rank 0, or every dimension fixed at 1."""
-        return all(dim == 1 for dim in self.dims)
+    def one_integer(self) -> bool:
+        """Whether the input holds one integer (rank 0, or every dimension fixed at 1).
+
+        Such an input (a count, a length, a rate) may decide by its value, not
+        only its shape, whether the model runs.
+        """
+        return not self.dtype.is_floating_point and all(dim == 1 for dim in self.dims)
+
+    def takes(self, shape: tuple[int, ...]) -> bool:
+        """Whether `shape` has the input's rank and its fixed dimensions."""
+        pairs = zip(shape, self.dims, strict=False)
+        return len(shape) == len(self.dims) and all(
+            not isinstance(dim, int) or dim == size for size, dim in pairs
+        )
 
     def shape_text(self) -> str:
         """The declared shape as `1x3x?x?` (`[]` for a scalar)."""
@@ -266,19 +277,12 @@ def default_value(model_input: ModelInput) -> Number:
         >>> default_value(ModelInput("x", (1, None), torch.float32))
         0
     """
-    kind = _kind(model_input)
+    kind = "integer scalar" if model_input.one_integer else "tensor"
+    kind = "bool" if model_input.dtype == torch.bool else kind
     for row_kind, pattern, value in DEFAULT_VALUES:
         if row_kind in (kind, "any") and re.fullmatch(pattern, model_input.name, re.IGNORECASE):
             return value
     return 0
-
-
-def _kind(model_input: ModelInput) -> str:
-    if model_input.dtype == torch.bool:
-        return "bool"
-    if not model_input.dtype.is_floating_point and model_input.scalar_like:
-        return "integer scalar"
-    return "tensor"
 
 
 def check_overrides(
@@ -292,29 +296,19 @@ def check_overrides(
         model_input = by_name.get(name)
         if model_input is None:
             continue  # another model's input; the CLI reports names no model has
-        if override.shape is not None and not _fits(override.shape, model_input.dims):
+        if override.shape is not None and not model_input.takes(override.shape):
             raise ModelInputError(
                 f"--input {override.text!r} does not fit '{label}': its input {name!r} has "
                 f"shape {model_input.shape_text()} (? is dynamic)"
             )
         value = override.value
-        if (
-            isinstance(value, float)
-            and not model_input.dtype.is_floating_point
-            and not value.is_integer()
+        if isinstance(value, float) and not (
+            model_input.dtype.is_floating_point or value.is_integer()
         ):
             raise ModelInputError(
                 f"--input {override.text!r}: input {name!r} of '{label}' holds "
                 f"{str(model_input.dtype).removeprefix('torch.')}, not {value}"
             )
-
-
-def _fits(shape: tuple[int, ...], dims: tuple[int | str | None, ...]) -> bool:
-    if len(shape) != len(dims):
-        return False
-    return all(
-        not isinstance(dim, int) or dim == size for size, dim in zip(shape, dims, strict=True)
-    )
 
 
 def attempts(
@@ -393,11 +387,6 @@ def _batch_like(dim: str | None, axis: int, rank: int) -> bool:
     return unnamed and axis == 0 and rank >= 3
 
 
-def total_bytes(specs: Sequence[InputSpec]) -> int:
-    """The bytes one attempt's tensors take together."""
-    return sum(spec.nbytes for spec in specs)
-
-
 def make_tensors(specs: Sequence[InputSpec], device: torch.device) -> list[torch.Tensor]:
     """Return a tensor for each of `specs` on `device`, filled with its value."""
     return [torch.full(spec.shape, spec.value, dtype=spec.dtype, device=device) for spec in specs]
@@ -422,15 +411,6 @@ def mentioned_inputs(message: str, inputs: Sequence[ModelInput]) -> tuple[str, .
     return tuple(found)
 
 
-def value_dependent(inputs: Sequence[ModelInput]) -> tuple[str, ...]:
-    """The inputs whose value, not only shape, may decide whether the model runs."""
-    return tuple(
-        model_input.name
-        for model_input in inputs
-        if model_input.scalar_like and not model_input.dtype.is_floating_point
-    )
-
-
 def hint_for(model_input: ModelInput) -> str:
     """The `--input` option a user would fill in for `model_input`, with placeholders.
 
@@ -442,7 +422,7 @@ def hint_for(model_input: ModelInput) -> str:
         >>> hint_for(ModelInput("sr", (), torch.int64))
         '--input sr=:VALUE'
     """
-    if model_input.scalar_like and not model_input.dtype.is_floating_point:
+    if model_input.one_integer:
         return f"--input {model_input.name}=:VALUE"
     parts = []
     for axis, dim in enumerate(model_input.dims):

@@ -27,16 +27,12 @@ from typing import Any
 
 import torch
 
+from .._alignment import Mismatch, align_device_with_onnx_session, find_mismatch
+from .._devices import cuda_index
+from .._errors import ModelInputError
+from .._policy import device_policy
+from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
 from .capture import Captured, captured_output, clean_messages
-from .core import (
-    GPU_CAPABLE_EXECUTION_PROVIDERS,
-    Mismatch,
-    ModelInputError,
-    align_device_with_onnx_session,
-    cuda_index,
-    device_policy,
-    find_mismatch,
-)
 from .facts import (
     Environment,
     Facts,
@@ -60,8 +56,6 @@ from .inputs import (
     make_tensors,
     mentioned_inputs,
     named_by_a_person,
-    total_bytes,
-    value_dependent,
 )
 
 TINY_MODEL = "packaged tiny model (y = x + 1)"
@@ -108,17 +102,12 @@ class InferenceOptions:
 
 
 @dataclass(frozen=True)
-class Machine:
-    """The onnxruntime module and the facts about the machine, probed once per run."""
+class Check:
+    """What to check each model with: the machine, the device, the providers, the inference."""
 
     ort: Any
+    """The onnxruntime module, imported by `environment`."""
     env: Environment
-
-
-@dataclass(frozen=True)
-class Check:
-    """What to check each model with: the device, the providers, where a fallback goes."""
-
     device: torch.device
     providers: Sequence[ProviderSpec]
     fallback: torch.device = field(default_factory=lambda: torch.device("cpu"))
@@ -158,19 +147,11 @@ def environment() -> tuple[Environment, Any]:
     )
 
 
-def default_device(env: Environment) -> torch.device:
-    """`cuda` when torch sees a CUDA device, else `cpu`."""
-    return torch.device("cuda" if env.torch_cuda_device_count else "cpu")
-
-
-def check_model(
-    machine: Machine, check: Check, model: Path | None, wait: WaitHook | None = None
-) -> Facts:
+def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) -> Facts:
     """Create `model`'s session, align the device with it and run the test inference.
 
     Args:
-        machine: onnxruntime and the machine's facts, from `environment`.
-        check: The device, providers and inference options.
+        check: The machine, device, providers and inference options.
         model: The ONNX model file; `None` uses the packaged tiny model.
         wait: Called with the seconds spent while the inference runs (progress).
 
@@ -180,21 +161,24 @@ def check_model(
     """
     started = time.perf_counter()
     label = TINY_MODEL if model is None else display_path(model)
-    session, on_creation = create_session(machine.ort, load_model(model), label, check.providers)
+    session, on_creation = create_session(check.ort, load_model(model), label, check.providers)
     aligned, mismatch = align(session, check.device, check.fallback)
     with captured_output() as on_run:
         inference = run_with_deadline(session, aligned, check.options, wait)
     messages, omitted = clean_messages(
-        [*machine.env.import_messages, *on_creation.messages(), *on_run.messages()],
+        [*check.env.import_messages, *on_creation.messages(), *on_run.messages()],
         known=[inference.detail],
     )
     return Facts(
         model=label,
-        environment=machine.env,
+        environment=check.env,
         requested_providers=tuple(name for name, _ in check.providers),
         requested_provider_options={name: dict(opts) for name, opts in check.providers if opts},
         session_providers=tuple(session.get_providers()),
-        session_provider_options=_provider_options(session),
+        session_provider_options={
+            str(name): {str(key): str(value) for key, value in values.items()}
+            for name, values in session.get_provider_options().items()
+        },
         requested_device=check.device,
         aligned_device=aligned,
         mismatch=mismatch,
@@ -206,16 +190,14 @@ def check_model(
     )
 
 
-def model_inputs(machine: Machine, model: Path | None) -> tuple[ModelInput, ...] | None:
+def model_inputs(ort: Any, model: Path | None) -> tuple[ModelInput, ...] | None:
     """The inputs `model` declares, read from a CPU session; `None` when they cannot be read.
 
     Raises:
         ModelInputError: The model file is missing, unreadable or not an ONNX model.
     """
     label = TINY_MODEL if model is None else display_path(model)
-    session, _ = create_session(
-        machine.ort, load_model(model), label, [("CPUExecutionProvider", {})]
-    )
+    session, _ = create_session(ort, load_model(model), label, [("CPUExecutionProvider", {})])
     try:
         return declared_inputs(session)
     except Exception:  # the inference says why
@@ -227,13 +209,6 @@ def load_model(model: Path | None) -> ModelBytes:
     if model is None:
         return ModelBytes((files("onnx_device_guard") / "data" / "tiny.onnx").read_bytes(), None)
     return read_model_file(model)
-
-
-def _provider_options(session: Any) -> dict[str, dict[str, str]]:
-    return {
-        str(name): {str(key): str(value) for key, value in values.items()}
-        for name, values in session.get_provider_options().items()
-    }
 
 
 def align(
@@ -427,25 +402,15 @@ def create_session(
     `ModelInputError` if no session can be created at all.
     """
     arguments = [(name, dict(options)) if options else name for name, options in providers]
+    session_options = ort.SessionOptions()
+    if model.folder is not None:
+        session_options.add_session_config_entry(EXTERNAL_DATA_FOLDER, model.folder)
     with captured_output() as captured:
         try:
-            session = ort.InferenceSession(
-                model.content, _session_options(ort, model), providers=arguments
-            )
+            session = ort.InferenceSession(model.content, session_options, providers=arguments)
         except Exception as error:
-            failure: Exception | None = error
-        else:
-            failure = None
-    if failure is not None:
-        raise ModelInputError(session_error(label, failure, model))
+            raise ModelInputError(session_error(label, error, model)) from None
     return session, captured
-
-
-def _session_options(ort: Any, model: ModelBytes) -> Any:
-    options = ort.SessionOptions()
-    if model.folder is not None:
-        options.add_session_config_entry(EXTERNAL_DATA_FOLDER, model.folder)
-    return options
 
 
 # onnxruntime's errors quote a C++ function signature ("... failed:" comes after it).
@@ -491,22 +456,7 @@ def session_error(label: str, error: BaseException, model: ModelBytes | None = N
 WaitHook = Callable[[float], None]
 """Called, about ten times a second, with the seconds a running inference has taken."""
 
-
-class Stop:
-    """Asks a running test inference to end: no new attempt starts, the current run ends.
-
-    onnxruntime checks `RunOptions.terminate` between operators, including
-    inside a `Loop`, so a run that would take hours ends within moments.
-    """
-
-    def __init__(self, run_options: Any) -> None:
-        self.run_options = run_options
-        self.requested = False
-
-    def request(self) -> None:
-        """End the inference: the current run fails soon, and no other starts."""
-        self.requested = True
-        self.run_options.terminate = True
+NOT_RUN = "not run (--no-inference)"
 
 
 def run_with_deadline(
@@ -515,18 +465,19 @@ def run_with_deadline(
     """`run_inference` bounded by `options.timeout` seconds, stopped by Ctrl-C too.
 
     The inference runs in a worker thread while this one waits in short
-    joins, so a `KeyboardInterrupt` is heard at once; it stops the run and
-    is raised again. At the deadline the run is stopped and the inference
-    is inconclusive.
+    joins, so a `KeyboardInterrupt` is heard at once. Ctrl-C and the deadline
+    both set `RunOptions.terminate`, which onnxruntime checks between operators
+    (inside a `Loop` too), and no new attempt starts; Ctrl-C is raised again,
+    and at the deadline the inference is inconclusive.
     """
     if not options.run:
-        return InferenceCheck("skipped", "not run (--no-inference)")
+        return InferenceCheck("skipped", NOT_RUN)
     import onnxruntime
 
-    stop = Stop(onnxruntime.RunOptions())
+    run_options = onnxruntime.RunOptions()
     done: list[InferenceCheck] = []
     worker = threading.Thread(
-        target=lambda: done.append(run_inference(session, device, options, stop)),
+        target=lambda: done.append(run_inference(session, device, options, run_options)),
         name="onnx-device-guard inference",
         daemon=True,
     )
@@ -538,22 +489,18 @@ def run_with_deadline(
             if wait is not None:
                 wait(time.monotonic() - started)
     except BaseException:  # Ctrl-C: end the run before saying so
-        stop.request()
+        run_options.terminate = True
         worker.join(GRACE_SECONDS)
         raise
     if done:
         return done[0]
-    stop.request()
+    run_options.terminate = True
     worker.join(GRACE_SECONDS)
-    return _timed_out(options.timeout, ended=not worker.is_alive())
-
-
-def _timed_out(seconds: float, *, ended: bool) -> InferenceCheck:
-    left = "" if ended else " (and it did not stop, so it was left running)"
+    left = " (and it did not stop, so it was left running)" if worker.is_alive() else ""
     return InferenceCheck(
         "inconclusive",
-        f"the test inference did not end within {seconds:g} seconds and was stopped{left}",
-        suggestion=("--timeout", str(math.ceil(seconds * 4))),
+        f"the test inference did not end within {options.timeout:g} seconds and was stopped{left}",
+        suggestion=("--timeout", str(math.ceil(options.timeout * 4))),
     )
 
 
@@ -561,7 +508,7 @@ def run_inference(
     session: Any,
     device: torch.device,
     options: InferenceOptions | None = None,
-    stop: Stop | None = None,
+    run_options: Any = None,
 ) -> InferenceCheck:
     """Run the session on `device` with inputs that fit, searching if need be; never raise.
 
@@ -574,11 +521,11 @@ def run_inference(
     from torch's tensors) makes it `failed`; a failure in the model's own
     operators with every input set tried makes it `inconclusive`. Inputs
     that cannot be read or built skip the run: nothing is the device's fault.
-    `stop` (from `run_with_deadline`) ends the search early.
+    `run_options.terminate` (set by `run_with_deadline`) ends the search early.
     """
     options = options or InferenceOptions()
     if not options.run:
-        return InferenceCheck("skipped", "not run (--no-inference)")
+        return InferenceCheck("skipped", NOT_RUN)
     try:
         inputs = declared_inputs(session)
     except UnbuildableInputError as error:
@@ -588,7 +535,7 @@ def run_inference(
             "skipped",
             f"the model's inputs cannot be read: session.get_inputs() raised {_describe(error)}",
         )
-    return _search(_Run(session, device, stop), inputs, options)
+    return _search(_Run(session, device, run_options), inputs, options)
 
 
 @dataclass(frozen=True)
@@ -597,15 +544,8 @@ class _Run:
 
     session: Any
     device: torch.device
-    stop: Stop | None
-
-    @property
-    def how(self) -> str:
-        return "run_with_iobinding" if self.device.type == "cuda" else "InferenceSession.run"
-
-    @property
-    def run_options(self) -> Any:
-        return None if self.stop is None else self.stop.run_options
+    options: Any
+    """onnxruntime's `RunOptions`, or `None`."""
 
 
 def _search(run: _Run, inputs: Sequence[ModelInput], options: InferenceOptions) -> InferenceCheck:
@@ -614,15 +554,15 @@ def _search(run: _Run, inputs: Sequence[ModelInput], options: InferenceOptions) 
     tried: list[tuple[InputSpec, ...]] = []
     last_error = ""
     for specs in attempts(inputs, options.overrides, options.dims):
-        size = total_bytes(specs)
+        size = sum(spec.nbytes for spec in specs)
         if size > options.max_bytes and not tried:
             return _too_large(specs, size, options.max_bytes, inputs)
-        stopped = run.stop is not None and run.stop.requested
+        stopped = run.options is not None and run.options.terminate
         if size > options.max_bytes or stopped or (tried and time.monotonic() - started > budget):
             break  # larger sizes only get larger
         tried.append(specs)
         failure = _attempt(run, specs)
-        shown = f"{run.how} on {run.device} with {_shown(specs)}"
+        shown = f"{_how(run)} on {run.device} with {_shown(specs)}"
         if failure is None:
             return InferenceCheck("ok", shown, attempts=len(tried))
         kind, what = failure
@@ -634,47 +574,42 @@ def _search(run: _Run, inputs: Sequence[ModelInput], options: InferenceOptions) 
 
 def _attempt(run: _Run, specs: Sequence[InputSpec]) -> tuple[str, str] | None:
     """Run once; return None, or ("device" | "input", what went wrong)."""
-    device = run.device
     try:
-        tensors = make_tensors(specs, device)
+        tensors = make_tensors(specs, run.device)
     except Exception as error:
-        return "device", f"creating the inputs on {device} raised {_describe(error)}"
-    if device.type != "cuda":
-        try:
+        return "device", f"creating the inputs on {run.device} raised {_describe(error)}"
+    try:
+        if run.device.type == "cuda":
+            run_bound(run.session, specs, tensors, cuda_index(run.device), run.options)
+        else:
             _run_numpy(run, specs, tensors)
-        except Exception as error:
-            return "input", f"raised {_describe(error)}"
-        return None
-    try:
-        run_bound(run.session, specs, tensors, cuda_index(device), run.run_options)
     except Exception as error:
-        return _bound_failure(run, specs, tensors, error)
+        return _blame(run, specs, tensors, error)
     return None
 
 
-def _bound_failure(
+def _blame(
     run: _Run, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor], error: Exception
 ) -> tuple[str, str]:
-    """Whose fault a failed IO-bound run is: the device's, or the inputs'."""
+    """Whose fault a failed run is: the device's, or the inputs'."""
+    said = f"raised {_describe(error)}"
+    if run.device.type != "cuda":
+        return "input", said
     if _DEVICE_ERROR.search(one_line(error, 100_000)):
-        return "device", f"raised {_describe(error)}"
+        return "device", said
     try:  # the same inputs from host memory: does the model itself refuse them?
         _run_numpy(run, specs, tensors)
     except Exception:
-        return "input", f"raised {_describe(error)}"
+        return "input", said
     return "device", (
-        f"raised {_describe(error)}; the same inputs as NumPy arrays through "
-        f"InferenceSession.run completed, so the session cannot read torch's tensors "
-        f"on {run.device}"
+        f"{said}; the same inputs as NumPy arrays through InferenceSession.run completed, so "
+        f"the session cannot read torch's tensors on {run.device}"
     )
 
 
 def _run_numpy(run: _Run, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
     feeds = {spec.name: tensor.cpu().numpy() for spec, tensor in zip(specs, tensors, strict=True)}
-    if run.run_options is None:
-        run.session.run(None, feeds)
-    else:
-        run.session.run(None, feeds, run.run_options)
+    run.session.run(None, feeds, run.options)
 
 
 def _too_large(
@@ -697,9 +632,7 @@ def _inconclusive(
     run: _Run, tried: Sequence[tuple[InputSpec, ...]], error: str, inputs: Sequence[ModelInput]
 ) -> InferenceCheck:
     culprits = mentioned_inputs(error, inputs) or tuple(
-        model_input.name
-        for model_input in inputs
-        if model_input.dynamic or model_input.name in value_dependent(inputs)
+        model_input.name for model_input in inputs if model_input.dynamic or model_input.one_integer
     )
     if len(tried) == 1:
         what = f"the inputs {_shown(tried[0])}"
@@ -710,7 +643,7 @@ def _inconclusive(
         )
     return InferenceCheck(
         "inconclusive",
-        f"the model's own operators refused {what} ({run.how} on {run.device}); the last {error}",
+        f"the model's own operators refused {what} ({_how(run)} on {run.device}); the last {error}",
         culprits=culprits,
         suggestion=("--no-inference",),
         attempts=len(tried),
@@ -765,11 +698,12 @@ def run_bound(
     if any(tensor.is_cuda for tensor in tensors):
         # onnxruntime runs on its own stream: the inputs must be written first.
         torch.cuda.synchronize(torch.device("cuda", device_id))
-    if run_options is None:
-        session.run_with_iobinding(binding)
-    else:
-        session.run_with_iobinding(binding, run_options)
+    session.run_with_iobinding(binding, run_options)
     binding.copy_outputs_to_cpu()  # returns once the outputs really exist
+
+
+def _how(run: _Run) -> str:
+    return "run_with_iobinding" if run.device.type == "cuda" else "InferenceSession.run"
 
 
 def _describe(error: BaseException) -> str:

@@ -7,6 +7,7 @@ section per model and a summary table.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import textwrap
@@ -139,23 +140,18 @@ def _common_folder(models: Sequence[str]) -> str:
 
 def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) -> dict[str, object]:
     """Return the report as one JSON-ready object with the same facts as the text."""
+    machine = {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in dataclasses.asdict(facts.environment).items()
+    }
+    torch_messages, _ = machine.pop("torch_messages"), machine.pop("import_messages")
     return {
         "verdict": verdict(facts),
         "summary": headline(facts),
         "exit_code": exit_code(facts, strict=strict),
         "seconds": round(facts.seconds, 3),
         "model": facts.model,
-        "onnx_device_guard_version": facts.environment.onnx_device_guard_version,
-        "python": facts.environment.python,
-        "torch_version": facts.environment.torch_version,
-        "torch_gpu_build": facts.environment.torch_gpu_build,
-        "torch_cuda_device_count": facts.environment.torch_cuda_device_count,
-        "onnxruntime_version": facts.environment.onnxruntime_version,
-        "installed_distributions": [
-            {"name": dist.name, "version": dist.version, "provides_module": dist.provides_module}
-            for dist in facts.environment.installed_distributions
-        ],
-        "available_providers": list(facts.environment.available_providers),
+        **machine,
         "requested_providers": list(facts.requested_providers),
         "requested_provider_options": _plain(facts.requested_provider_options),
         "session_providers": list(facts.session_providers),
@@ -172,19 +168,11 @@ def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) ->
         },
         "suggested_options": list(facts.inference.suggestion),
         "diagnosis": [str(finding) for finding in findings],
-        "findings": [
-            {
-                "kind": finding.kind,
-                "problem": finding.problem,
-                "fix": finding.fix,
-                "help_url": finding.help_url,
-            }
-            for finding in findings
-        ],
+        "findings": [dataclasses.asdict(finding) for finding in findings],
         "onnxruntime_messages": list(facts.onnxruntime_messages),
         "onnxruntime_messages_omitted": facts.omitted_messages,
         "session_retry": facts.session_retry,
-        "torch_messages": list(facts.environment.torch_messages),
+        "torch_messages": torch_messages,
     }
 
 
