@@ -91,8 +91,8 @@ class Model:
     device: Any
 
 
-class ReadOnlyDeviceModel:
-    """A model whose ``device`` is a property without a setter."""
+class RefusingDeviceModel:
+    """A model whose ``device`` setter refuses the value with its own error."""
 
     def __init__(self) -> None:
         self.session = cpu_session()
@@ -100,6 +100,10 @@ class ReadOnlyDeviceModel:
     @property
     def device(self) -> str:
         return "cuda:0"
+
+    @device.setter
+    def device(self, value: str) -> None:
+        raise ValueError(f"{value!r} is not one of this model's devices")
 
 
 @dataclass(frozen=True)
@@ -391,7 +395,12 @@ CASES = [
         DeviceGuardError,
         "'target'",
     ),
-    Case("session None", guarded_call(Model(None, "cuda")), ModelInputError, "NoneType None"),
+    Case(
+        "session None, searched, session_attr suggested",
+        guarded_call(Model(None, "cuda")),
+        DeviceGuardError,
+        "session (a NoneType, not a session)",
+    ),
     Case("device float", guarded_call(Model(cpu_session(), 3.5)), ModelInputError, "float 3.5"),
     Case(
         "device unparsable", guarded_call(Model(cpu_session(), "gpu:0")), ModelInputError, "'gpu:0'"
@@ -409,8 +418,8 @@ CASES = [
         "'cuda:256'",
     ),
     Case(
-        "device read-only",
-        guarded_call(ReadOnlyDeviceModel()),
+        "device setter refuses",
+        guarded_call(RefusingDeviceModel()),
         DeviceGuardError,
         "'device' cannot be set to 'cpu'",
     ),

@@ -48,10 +48,9 @@ class TestDeviceAttribute:
 
         assert load().device == "cpu"
 
-    def test_explicit_device_attr_and_device_option_conflict(self) -> None:
-        """Naming both device_attr and device= is refused at decoration."""
-        with pytest.raises(ModelInputError, match="not both"):
-            device_guard(device_attr="target", device="cuda")
+    def test_device_attr_and_device_option_go_together(self) -> None:
+        """device_attr= says where the device is written, device= what was asked: both fine."""
+        device_guard(device_attr="target", device="cuda")
 
 
 class TestCallArgument:
@@ -164,7 +163,7 @@ class TestCallArgument:
         def load(device: str | None = None) -> NoDevice:
             return NoDevice(cpu_session())
 
-        with pytest.raises(DeviceGuardError, match="gave None"):
+        with pytest.raises(DeviceGuardError, match="Pass device="):
             load()
 
     @pytest.mark.parametrize("value", [0, 1.5, ["cuda"]])
@@ -232,14 +231,16 @@ class TestDeviceOption:
             load()
         assert isinstance(info.value.__cause__, KeyError)
 
-    def test_option_wins_over_the_call_argument(self) -> None:
-        """With device= the call's device argument is not read."""
+    def test_option_and_call_argument_are_both_checked(self) -> None:
+        """With device= the call's device argument is checked too, and named first."""
 
         @device_guard(device="cpu", resolution_mode="fail")
         def load(device: str = "cuda") -> NoDevice:
             return NoDevice(cpu_session())
 
-        assert isinstance(load(), NoDevice)
+        assert isinstance(load("cpu"), NoDevice)
+        with pytest.raises(EnvironmentConfigurationError, match="the call's device argument"):
+            load()
 
     @pytest.mark.parametrize("value", ["gpu", 3, object()])
     def test_bad_option_fails_at_decoration(self, value: Any) -> None:

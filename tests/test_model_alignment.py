@@ -59,19 +59,23 @@ def warnings_of(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
 class TestWriteBackBeforeLog:
     """The fallback is logged only once the device has been written back."""
 
-    def test_read_only_device_property_logs_nothing(self) -> None:
-        """A write that fails gives a clear error and no "Using 'cpu' instead" record."""
+    def test_refused_write_logs_nothing(self) -> None:
+        """A setter that raises gives a clear error and no "Using 'cpu' instead" record."""
 
-        class ReadOnly:
+        class Refusing:
             session = cpu_session()
 
             @property
             def device(self) -> str:
                 return "cuda"
 
+            @device.setter
+            def device(self, value: str) -> None:
+                raise ValueError("fixed at construction")
+
         @device_guard
-        def load() -> ReadOnly:
-            return ReadOnly()
+        def load() -> Refusing:
+            return Refusing()
 
         with recorded_logs() as records, pytest.raises(DeviceGuardError, match="cannot be set"):
             load()

@@ -375,11 +375,12 @@ class Fallback:
         """The troubleshooting section that explains this fallback."""
         return _DISAGREE_HELP if self.disagreeing else self.mismatches[0].help_url
 
-    def message(self, *, applied: bool = True, context: str = "") -> str:
+    def message(self, *, applied: bool = True, context: str = "", outcome: str = "") -> str:
         """The log line: what was wrong, what the model uses now, and the fix.
 
         `applied=False` says that the device was only checked (a model with
-        no device attribute to write it to); `context` ends the line.
+        no device attribute to write it to); `outcome`, when given, says what
+        became of the model instead; `context` ends the line.
         """
         target = repr(str(self.aligned))
         if self.disagreeing:
@@ -395,7 +396,7 @@ class Fallback:
         else:
             problem = " ".join(mismatch.problem for mismatch in self.mismatches)
             fixes = list(dict.fromkeys(mismatch.fix for mismatch in self.mismatches))
-        outcome = (
+        outcome = outcome or (
             f"Using {target} instead."
             if applied
             else "The model has no device attribute, so it was left as it is; a fallback "
@@ -434,6 +435,7 @@ def report_fallback(
     *,
     applied: bool = True,
     context: str = "",
+    outcome: str = "",
     factory: str | None = None,
     device_attr: str | None = None,
 ) -> None:
@@ -445,7 +447,7 @@ def report_fallback(
     level = logging.WARNING if warn else logging.DEBUG
     if not warn and not logger.isEnabledFor(level):
         return  # nothing to say: the texts are not even written
-    text = fallback.message(applied=applied, context=context)
+    text = fallback.message(applied=applied, context=context, outcome=outcome)
     if warn:
         _warn_at_caller(text)
     logger.log(

@@ -1,10 +1,11 @@
-"""The device a factory call asks for, for a model that keeps no device attribute.
+"""The devices a factory call asks for: its own `device` argument, and the `device=` option.
 
 Many loaders take the device as an argument (`load(path, device="cuda")`),
-or as a flag (`use_cuda=True`), and keep no device on the object they
-return. The guard then reads the call: the `device=` option, a fixed device
-or a function of the call's arguments, or else the call's own `device`
-argument, bound through the factory's signature.
+or as a flag (`use_cuda=True`), and some keep no device on the object they
+return, or keep one that already says `cpu`. The guard therefore checks what
+the call asked for, besides what the model says: the call's own `device`
+argument, bound through the factory's signature, and the `device=` option, a
+fixed device or a function of the call's arguments.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 
 import torch
 
-from ._devices import DeviceLike
+from ._devices import as_device
 from ._discovery import describe, factory_name
 from ._errors import DeviceGuardError, ModelInputError
-from ._messages import error_text, short_repr
+from ._messages import error_text, logger, short_repr
 from ._options import DeviceOption
 
 
@@ -52,54 +53,89 @@ def call_arguments(
     return arguments
 
 
-def requested_device(
+Asked = list[tuple[torch.device, str]]
+"""Devices asked for, each with where it came from, in the order they are checked."""
+
+
+def asked_devices(
     option: DeviceOption,
     factory: object | None,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any] | None,
     model: object,
-) -> tuple[DeviceLike, str] | None:
-    """The device the call asks for, and where it came from; `None` if it names none.
+    *,
+    strict: bool,
+) -> Asked:
+    """The devices the call asks for: its `device` argument, then the `device=` option.
 
-    The `device=` option wins over the call's own `device` argument. The
-    value is returned as it is (a `torch.device` or a string); the core
-    checks it.
+    The call's `device` argument counts when it is given and not `None`
+    (`None` means "the package chooses": the model's attribute says what it
+    chose). `strict` is for a model without a device attribute, which the
+    call alone describes: then a value that is no device is an error; with
+    an attribute to go by, such a value (a package's own `"auto"` or `0`) is
+    left to the package, with a DEBUG record.
     """
-    if isinstance(option, torch.device):
-        return option, "the device= option"
     if factory is None:
-        if option is not None:
+        if option is not None and not isinstance(option, torch.device):
             raise ModelInputError(
                 f"device={factory_name(option)} is a callable of a factory call's arguments, "
                 "but there is no call here. Pass the device itself (device='cuda')."
             )
-        return None
-    arguments = call_arguments(factory, args, {} if kwargs is None else kwargs, model)
-    if option is not None:
+        return [] if option is None else [(option, "the device= option")]
+    asked: Asked = []
+    try:
+        arguments = call_arguments(factory, args, {} if kwargs is None else kwargs, model)
+    except DeviceGuardError:
+        if strict or (option is not None and not isinstance(option, torch.device)):
+            raise
+        arguments = {}  # the model's attribute says what it uses
+    value = arguments.get("device")
+    if value is not None:
+        device = _as_asked(value, "the call's device argument", model, factory, strict)
+        if device is not None:
+            asked.append((device, "the call's device argument"))
+    if isinstance(option, torch.device):
+        asked.append((option, "the device= option"))
+    elif option is not None:
+        source = f"the device= callable {factory_name(option)}"
         try:
             value = option(arguments)
         except Exception as error:
             raise DeviceGuardError(
-                f"{describe(model, factory)} without a device attribute, and the device= "
-                f"callable {factory_name(option)} raised {error_text(error)} on the call's "
-                f"arguments {sorted(arguments)}."
+                f"{describe(model, factory)}, and the device= callable {factory_name(option)} "
+                f"raised {error_text(error)} on the call's arguments {sorted(arguments)}."
             ) from error
-        source = f"the device= callable {factory_name(option)}"
-    elif "device" in arguments:
-        value, source = arguments["device"], "the call's device argument"
-    else:
-        return None
-    if value is None:
-        raise DeviceGuardError(
-            f"{describe(model, factory)} without a device attribute, and {source} gave None, "
-            "which names no device (a loader's 'pick one for me'). Pass device= to "
-            "device_guard with the device the model really uses, or a callable that works "
-            "it out from the call's arguments."
-        )
-    if not isinstance(value, torch.device | str):
+        if value is None:
+            raise DeviceGuardError(
+                f"{describe(model, factory)}, and {source} gave None, which names no device "
+                "(a loader's 'pick one for me'). Make it return the device the model really "
+                "uses."
+            )
+        device = _as_asked(value, source, model, factory, True)
+        assert device is not None
+        asked.append((device, source))
+    return asked
+
+
+def _as_asked(
+    value: object, source: str, model: object, factory: object, strict: bool
+) -> torch.device | None:
+    """`value` as a device, or (when not `strict`) `None` for a value that is no device."""
+    if isinstance(value, torch.device | str):
+        try:
+            return as_device(value, "device")
+        except ModelInputError:
+            if strict:
+                raise
+    elif strict:
         raise ModelInputError(
-            f"{describe(model, factory)} without a device attribute, and {source} gave "
-            f"{type(value).__name__} {short_repr(value)}, not a torch.device or a string such "
-            "as 'cuda:0'."
+            f"{describe(model, factory)}, and {source} gave {type(value).__name__} "
+            f"{short_repr(value)}, not a torch.device or a string such as 'cuda:0'."
         )
-    return value, source
+    logger.debug(
+        "%s; %s is %s, which is no device torch parses: left to the package.",
+        describe(model, factory),
+        source,
+        short_repr(value),
+    )
+    return None

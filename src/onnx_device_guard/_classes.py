@@ -20,12 +20,14 @@ cloudpickle carries by value (one defined in `__main__`) arrives guarded.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ._errors import DeviceGuardError, ModelInputError
+from ._lazy import stop_waiting
 from ._model_alignment import align_model
 from ._options import GuardOptions
 
@@ -57,6 +59,8 @@ class _ClassGuard:
     """The class's own `__init__` before guarding (`None`: it had none)."""
     init_subclass: Any
     """The class's own `__init_subclass__` before guarding (`None`: none)."""
+    new: Any = None
+    """The class's own `__new__` before guarding (`None`: none, or not wrapped)."""
     origin: Any = None
     """The patch that guarded the class, if one did (see `_follow.watch`)."""
     subclass_inits: list[tuple[type, Any]] = field(default_factory=list)
@@ -98,6 +102,7 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
             f"({existing.options}), so it cannot also be guarded with "
             f"{options}. Guard it once, with the options it needs."
         )
+    _refuse_metaclass_call(cls)
     guard = _ClassGuard(
         options=options,
         init=cls.__dict__.get("__init__"),
@@ -114,6 +119,9 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
         ) from error
     if not _is_wrapper(guard.init):
         type.__setattr__(cls, "__init__", _init_wrapper(cls, guard.init))
+    if _custom_new(cls):  # a __new__ may return another type: then no __init__ runs
+        guard.new = cls.__dict__.get("__new__")
+        type.__setattr__(cls, "__new__", _new_wrapper(cls, guard.new))
     type.__setattr__(cls, "__init_subclass__", _init_subclass_hook(cls, guard))
     for subclass in _all_subclasses(cls):
         _wrap_own_init(subclass, guard)
@@ -132,7 +140,50 @@ def unguard_class(cls: type) -> None:
         _restore(subclass, "__init__", init)
     _restore(cls, "__init_subclass__", guard.init_subclass)
     _restore(cls, "__init__", guard.init)
+    if _is_wrapper(cls.__dict__.get("__new__")):
+        _restore(cls, "__new__", guard.new)
     type.__delattr__(cls, _GUARD)
+    for klass in [cls, *_all_subclasses(cls)]:
+        stop_waiting(klass)
+
+
+def _custom_new(cls: type) -> bool:
+    """Whether `cls` or a base other than `object` defines `__new__`."""
+    return any("__new__" in vars(klass) for klass in cls.__mro__[:-1])
+
+
+def _refuse_metaclass_call(cls: type) -> None:
+    """Refuse a class whose metaclass defines `__call__`: it runs after `__init__`."""
+    for meta in inspect.getmro(type(cls)):
+        if meta is not type and meta is not object and "__call__" in vars(meta):
+            raise ModelInputError(
+                f"Cannot guard the class {cls.__qualname__}: its metaclass "
+                f"{meta.__qualname__} defines __call__, which runs around __init__ and may "
+                "change the instance after the guard has checked it. Guard the function "
+                "that creates its instances instead."
+            )
+
+
+def _new_wrapper(cls: type, new: Any) -> Any:
+    """A `__new__` that aligns what it returns when that is not an instance of the class.
+
+    Python runs no `__init__` then, so the guarded `__init__` would never see it.
+    """
+
+    def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+        if new is None:
+            instance = super(cls, klass).__new__(klass, *args, **kwargs)  # type: ignore[arg-type]
+        else:
+            instance = new.__func__(klass, *args, **kwargs)
+        if not isinstance(instance, klass):
+            guard = _nearest_guard(klass)
+            if guard is not None:
+                align_model(instance, guard.options, klass, args, kwargs, guard.origin)
+        return instance
+
+    __new__.__qualname__ = f"{cls.__qualname__}.__new__"
+    setattr(__new__, _WRAPPER_MARK, True)
+    return staticmethod(__new__)
 
 
 def _restore(cls: type, name: str, value: Any) -> None:
@@ -143,8 +194,10 @@ def _restore(cls: type, name: str, value: Any) -> None:
         type.__setattr__(cls, name, value)
 
 
-def _is_wrapper(init: object) -> bool:
-    return getattr(init, _WRAPPER_MARK, False) is True
+def _is_wrapper(method: object) -> bool:
+    if isinstance(method, staticmethod):
+        method = method.__func__
+    return getattr(method, _WRAPPER_MARK, False) is True
 
 
 def _all_subclasses(cls: type) -> list[type]:

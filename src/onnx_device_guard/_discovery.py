@@ -15,12 +15,14 @@ dicts, without calling a property, a method or a container's own methods.
 from __future__ import annotations
 
 import enum
+import inspect
 import itertools
 import logging
 import pathlib
 import re
 import types
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ._errors import DeviceGuardError
@@ -121,10 +123,15 @@ def find_sessions(
     as they are; the caller decides what they mean.
     """
     if source is None:
+        tried: list[str] = []
         for name in DEFAULT_SESSION_ATTRS:
             value = read_attribute(model, name, model, factory)
-            if value is not MISSING:
-                return [(name, value)], (name,)
+            if value is MISSING:
+                tried.append(name)
+            elif _may_be_session(value):
+                return [(where(model, name, value)[0], value)], (name,)
+            else:  # a package's own wrapper, say: discovery looks inside it
+                tried.append(f"{name} (a {type(value).__name__}, not a session)")
         found, searched = discover_sessions(model)
         if found:
             logger.debug(
@@ -132,7 +139,7 @@ def find_sessions(
                 describe(model, factory),
                 ", ".join(repr(path) for path, _ in found),
             )
-        return found, DEFAULT_SESSION_ATTRS + searched
+        return found, (*tried, *searched)
     if isinstance(source, tuple):
         return _sessions_at_paths(model, source, factory), source
     return _sessions_from_callable(model, source, factory), ()
@@ -194,6 +201,48 @@ def _looks_like_session_or_unknown(value: object) -> bool:
     if callable(getattr(value, "get_providers", None)):
         return True
     return not isinstance(value, Iterable) or isinstance(value, str | bytes)
+
+
+def _may_be_session(value: object) -> bool:
+    """Whether a default-named attribute's value is taken as the session itself.
+
+    Anything with a `get_providers` attribute is (a lookup that raises too:
+    the core then says what is wrong with it); `None` and other objects are
+    searched inside instead.
+    """
+    if value is None:
+        return False
+    try:
+        return getattr(value, "get_providers", None) is not None
+    except Exception:
+        return True
+
+
+def where(model: object, name: str, value: object) -> tuple[str, object]:
+    """The path of `model.<name>` and the object that really holds it.
+
+    Usually `name` and the model itself. When the model only forwards the
+    attribute from an inner object (a `__getattr__` that reads
+    `self.backend.<name>`), the inner object one level down that holds the
+    same value is found, so a message names `backend.device` and a write
+    goes where every view of the attribute sees it.
+    """
+    try:
+        inspect.getattr_static(model, name)
+    except AttributeError:
+        pass
+    else:
+        return name, model
+    for child_name, child in _instance_attributes(model):
+        if isinstance(child, _LEAVES + _CONTAINERS):
+            continue
+        try:
+            inspect.getattr_static(child, name)
+            if getattr(child, name) is value:
+                return f"{child_name}.{name}", child
+        except Exception:
+            continue
+    return name, model
 
 
 # --- discovery ---------------------------------------------------------------
@@ -331,23 +380,35 @@ def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
 # --- the device attribute ----------------------------------------------------
 
 
+@dataclass(frozen=True)
+class DeviceAttribute:
+    """The model's device attribute: its path, value, and the object to write it on."""
+
+    path: str
+    """How messages name it: `device`, or `backend.device` when the model forwards it."""
+    value: object
+    holder: object
+    """The object that really holds it (the model, or the inner object it forwards from)."""
+    name: str
+    """Its name on `holder`."""
+
+
 def find_device_attribute(
     model: object, device_attr: str | None, factory: object | None
-) -> tuple[str, object] | None:
-    """Return the model's device attribute and its value, or `None` if it has none.
+) -> DeviceAttribute | None:
+    """Return the model's device attribute, or `None` if it has none.
 
     An explicitly named `device_attr` must exist.
     """
-    if device_attr is None:
-        for name in DEFAULT_DEVICE_ATTRS:
-            value = read_attribute(model, name, model, factory)
-            if value is not MISSING:
-                return name, value
-        return None
-    value = read_attribute(model, device_attr, model, factory)
-    if value is MISSING:
+    names = DEFAULT_DEVICE_ATTRS if device_attr is None else (device_attr,)
+    for name in names:
+        value = read_attribute(model, name, model, factory)
+        if value is not MISSING:
+            path, holder = where(model, name, value)
+            return DeviceAttribute(path, value, holder, name)
+    if device_attr is not None:
         raise DeviceGuardError(
             f"{describe(model, factory)} without the device attribute {device_attr!r} named in "
             "device_attr. Return a model that has it, or fix device_attr."
         )
-    return device_attr, value
+    return None

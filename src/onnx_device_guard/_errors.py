@@ -148,9 +148,12 @@ class DeviceFallbackWarning(UserWarning):
     with no logging set up shows it. The same fallback is also logged, as a
     WARNING record with structured fields, on the `onnx_device_guard` logger.
     `warn=False` (or `ONNX_DEVICE_GUARD_WARN=0`) silences both. The standard
-    warning filters apply: `python -W error::onnx_device_guard.DeviceFallbackWarning`,
-    or pytest's `filterwarnings = ["error::onnx_device_guard.DeviceFallbackWarning"]`,
-    turns every silent fallback of a test suite into an error.
+    warning filters apply: pytest's
+    `filterwarnings = ["error::onnx_device_guard.DeviceFallbackWarning"]`, or
+    `warnings.simplefilter("error", DeviceFallbackWarning)` in code, turns every
+    silent fallback into an error. (On the command line, `python -W
+    error::UserWarning` does: Python reads `-W` before it can import the
+    library, so it cannot name this category there.)
 
     Args:
         message: What was wrong, which device the model uses now, and the fix.

@@ -15,11 +15,12 @@ from typing import Any
 
 import torch
 
-from ._alignment import plan_alignment, report_fallback
-from ._call_device import requested_device
+from ._alignment import Fallback, plan_alignment, report_fallback
+from ._call_device import Asked, asked_devices
 from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
+    DeviceAttribute,
     context,
     describe,
     factory_name,
@@ -28,6 +29,7 @@ from ._discovery import (
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
 from ._follow import Origin, watch
+from ._lazy import await_sessions
 from ._messages import error_text, logger, short_repr
 from ._options import (
     DeviceMismatchResolutionMode,
@@ -54,88 +56,138 @@ def align_model(
     """Align `model`'s device with its sessions; return the device they read.
 
     The sessions come from `options.session_attr` (by default `_session`,
-    `session`, then discovery). The device comes from the model's device
-    attribute, which gets the aligned device written back; a model without
-    one is only checked, with the device from `options.device` or from the
-    `device` argument of the call of `factory` with `args` and `kwargs`.
-    A fallback is reported only after the write-back succeeded. With
-    `options.follow`, the model then follows its sessions (see `_follow`),
-    its watches made for `origin`.
+    `session`, then discovery). Every device that was asked for is checked,
+    in this order: the `device` argument of the call of `factory` with
+    `args` and `kwargs`, the `device=` option, then the model's device
+    attribute, which gets the aligned device written back. The first that a
+    session cannot read is the one a message names: what the caller asked for
+    comes before what the model says about itself. A fallback is reported once,
+    after the write-back. With `options.follow`, the model then follows its
+    sessions (see `_follow`), its watches made for `origin`.
 
     Returns `None`, and leaves the model as it is, when it holds no session
-    and `options.require_session` is off.
+    and `options.require_session` is off; it is then checked again when its
+    sessions appear (see `_lazy`).
     """
-    sessions, searched = find_sessions(model, options.session_attr, factory)
-    if not options.require_session:
-        sessions = [(path, session) for path, session in sessions if session is not None]
+    found = find_sessions(model, options.session_attr, factory)
+    attribute = find_device_attribute(model, options.device_attr, factory)
+    asked = asked_devices(options.device, factory, args, kwargs, model, strict=attribute is None)
+    return _align(model, options, factory, asked, origin, found, attribute)
+
+
+def align_asked(
+    model: object,
+    options: GuardOptions,
+    factory: object | None,
+    asked: Asked,
+    origin: Origin | None = None,
+) -> torch.device | None:
+    """`align_model` again, with the devices the call asked for read at load (`asked`)."""
+    found = find_sessions(model, options.session_attr, factory)
+    attribute = find_device_attribute(model, options.device_attr, factory)
+    return _align(model, options, factory, asked, origin, found, attribute)
+
+
+def _align(
+    model: object,
+    options: GuardOptions,
+    factory: object | None,
+    asked: Asked,
+    origin: Origin | None,
+    found: tuple[list[tuple[str, object]], tuple[str, ...]],
+    attribute: DeviceAttribute | None,
+) -> torch.device | None:
+    sessions = [(path, session) for path, session in found[0] if session is not None]
     if not sessions:
         if options.require_session:
-            raise _no_session(model, factory, options.session_attr, searched)
+            raise _no_session(model, factory, options.session_attr, found[1])
         logger.debug(
-            "%s, which holds no onnxruntime session; left as it is (require_session=False).",
+            "%s, which holds no onnxruntime session yet; checked again when it has one "
+            "(require_session=False).",
             describe(model, factory),
         )
+        await_sessions(model, lambda: align_asked(model, options, factory, asked, origin))
         return None
-    attribute = find_device_attribute(model, options.device_attr, factory)
+    checks: list[tuple[object, str]] = list(asked)
     if attribute is not None:
-        device_name: str | None = attribute[0]
-        current: Any = attribute[1]
-        source = f"its device attribute {device_name!r}"
-    else:
-        device_name = None
-        found = requested_device(options.device, factory, args, kwargs, model)
-        if found is None:
-            raise _no_device(model, factory)
-        current, source = found
+        checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
+    if not checks:
+        raise _no_device(model, factory)
     names = [path for path, _ in sessions]
     try:
         mode, fallback, warn = in_force(options.settings)
-        requested = as_device(current, "device")
+        devices = [(as_device(value, "device"), source) for value, source in checks]
     except ModelInputError as error:
-        raise _in_context(error, model, factory, names, source) from error
+        raise _in_context(error, model, factory, names, checks[-1][1]) from error
     if options.follow:
-        _follow(
+        fixed = replace(options, settings=Settings(mode, fallback, warn), follow=False)
+        watch(
             model,
-            options,
-            factory,
             sessions,
-            Settings(mode, fallback, warn),
-            origin,
-            requested if device_name is None else None,
+            lambda model, *change: align_asked(model, fixed, factory, asked),
+            key=id(options),
+            origin=origin,
         )
-    try:
-        aligned, report = plan_alignment(
-            [session for _, session in sessions], names, requested, mode, fallback
-        )
-    except ModelInputError as error:
-        raise _in_context(error, model, factory, names, source) from error
-    except EnvironmentConfigurationError as error:
-        single = "" if len(names) > 1 else f"; session {names[0]!r}"
-        raise EnvironmentConfigurationError(
-            f"{error.message} ({context(model, factory)}{single}; device from {source})",
-            help_url=error.help_url,
-        ) from None
+    report: Fallback | None = None
+    aligned: torch.device | None = None
+    for requested, source in devices:
+        try:
+            aligned, planned = plan_alignment(
+                [session for _, session in sessions], names, requested, mode, fallback
+            )
+        except ModelInputError as error:
+            raise _in_context(error, model, factory, names, source) from error
+        except EnvironmentConfigurationError as error:
+            single = "" if len(names) > 1 else f"; session {names[0]!r}"
+            raise EnvironmentConfigurationError(
+                f"{error.message} ({context(model, factory)}{single}; device from {source})",
+                help_url=error.help_url,
+            ) from None
+        if report is None and planned is not None:
+            report, reported_from = planned, source
+    assert aligned is not None
     if report is None:
         return aligned
-    if device_name is not None and aligned != requested:
-        value: object = str(aligned) if isinstance(current, str) else aligned
-        try:
-            setattr(model, device_name, value)
-        except Exception as error:
-            raise DeviceGuardError(
-                f"{describe(model, factory)} whose device attribute {device_name!r} cannot "
-                f"be set to {short_repr(value)} ({error_text(error)}). Make it writable, or pass "
-                "device_attr= naming an attribute that is."
-            ) from error
+    outcome = "" if attribute is None else _write_back(model, factory, attribute, aligned)
     report_fallback(
         report,
         warn,
-        applied=device_name is not None,
-        context=f"{context(model, factory)}; device from {source}",
+        applied=attribute is not None,
+        outcome=outcome,
+        context=f"{context(model, factory)}; device from {reported_from}",
         factory=None if factory is None else factory_name(factory),
-        device_attr=device_name,
+        device_attr=None if attribute is None else attribute.path,
     )
     return aligned
+
+
+def _write_back(
+    model: object, factory: object | None, attribute: DeviceAttribute, aligned: torch.device
+) -> str:
+    """Write `aligned` to the model's device attribute if it differs; say what became of it.
+
+    Returns what a fallback report says instead of "Using ... instead" (an
+    empty string when the write went through or was not needed).
+    """
+    current = attribute.value
+    if as_device(current, "device") == aligned:
+        return ""
+    value: object = str(aligned) if isinstance(current, str) else aligned
+    try:
+        setattr(attribute.holder, attribute.name, value)
+    except AttributeError:  # a property without a setter
+        return (
+            f"Its device attribute {attribute.path!r} is read-only, so it still says "
+            f"{str(current)!r}: put the model's tensors on {str(aligned)!r}, or make the "
+            "attribute writable."
+        )
+    except Exception as error:
+        raise DeviceGuardError(
+            f"{describe(model, factory)} whose device attribute {attribute.path!r} cannot "
+            f"be set to {short_repr(value)} ({error_text(error)}). Make it writable, or pass "
+            "device_attr= naming an attribute that is."
+        ) from error
+    return ""
 
 
 def _in_context(
@@ -146,34 +198,6 @@ def _in_context(
         f"{', '.join(repr(name) for name in names)} and {source}: {error.message}",
         help_url=error.help_url,
     )
-
-
-def _follow(
-    model: object,
-    options: GuardOptions,
-    factory: object | None,
-    sessions: list[tuple[str, object]],
-    resolved: Settings,
-    origin: Origin | None,
-    requested: torch.device | None,
-) -> None:
-    """Align `model` again whenever one of `sessions` changes providers.
-
-    A change may come in another thread under other scopes, so the settings
-    are those in force at load (`resolved`) and, for a model without a device
-    attribute, the device the call asked for (`requested`).
-    """
-    fixed = replace(
-        options,
-        settings=resolved,
-        device=options.device if requested is None else requested,
-        follow=False,
-    )
-
-    def on_change(model: object, *change: object) -> None:
-        align_model(model, fixed, factory)
-
-    watch(model, sessions, on_change, key=id(options), origin=origin)
 
 
 def _no_session(

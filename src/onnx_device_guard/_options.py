@@ -133,12 +133,6 @@ def guard_options(
     Raises:
         ModelInputError: An option cannot be used; the message names it.
     """
-    if device_attr is not None and device is not None:
-        raise ModelInputError(
-            f"Pass device_attr={device_attr!r} or device={short_repr(device)}, not both: "
-            "device_attr names the model's own device attribute, which the guard reads "
-            "and writes; device= is for models that have none."
-        )
     return GuardOptions(
         settings=settings(resolution_mode, fallback_device, warn),
         session_attr=_session_source(session_attr),
