@@ -40,6 +40,23 @@ class Plain:
         self.session, self.device = session, device
 
 
+class Inner:
+    """What a backend forwards to: the real session and device."""
+
+    def __init__(self) -> None:
+        self.session, self.device = cpu_session(), "cuda:0"
+
+
+class Backend:
+    """A detection package's backend: `device` and `session` forwarded from `backend`."""
+
+    def __init__(self) -> None:
+        self.backend = Inner()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["backend"], name)
+
+
 def fallbacks(records: list[Any]) -> list[Any]:
     return [record for record in records if getattr(record, "odg_event", None) == "fallback"]
 
@@ -182,17 +199,6 @@ class TestWriteBack:
     def test_forwarded_attributes_are_written_where_they_live(self) -> None:
         """A backend forwarding `device` and `session` from an inner object: all views agree."""
 
-        class Inner:
-            def __init__(self) -> None:
-                self.session, self.device = cpu_session(), "cuda:0"
-
-        class Backend:
-            def __init__(self) -> None:
-                self.backend = Inner()
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(self.__dict__["backend"], name)
-
         with pytest.warns(DeviceFallbackWarning, match=r"'backend\.device'"):
             outer = device_guard(Backend)()
         assert outer.device == outer.backend.device == "cpu"
@@ -200,17 +206,6 @@ class TestWriteBack:
 
     def test_forwarded_session_is_named_by_its_real_path(self) -> None:
         """The fail-mode message names `backend.session`, where the session lives."""
-
-        class Inner:
-            def __init__(self) -> None:
-                self.session, self.device = cpu_session(), "cuda:0"
-
-        class Backend:
-            def __init__(self) -> None:
-                self.backend = Inner()
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(self.__dict__["backend"], name)
 
         with pytest.raises(EnvironmentConfigurationError, match=r"session 'backend\.session'"):
             device_guard(resolution_mode="fail")(Backend)()
