@@ -200,7 +200,7 @@ class TestWriteBack:
         """A backend forwarding `device` and `session` from an inner object: all views agree."""
 
         with pytest.warns(DeviceFallbackWarning, match=r"'backend\.device'"):
-            outer = device_guard(Backend)()
+            outer = device_guard(type("Backend", (Backend,), {}))()
         assert outer.device == outer.backend.device == "cpu"
         assert "device" not in vars(outer)
 
@@ -208,4 +208,4 @@ class TestWriteBack:
         """The fail-mode message names `backend.session`, where the session lives."""
 
         with pytest.raises(EnvironmentConfigurationError, match=r"session 'backend\.session'"):
-            device_guard(resolution_mode="fail")(Backend)()
+            device_guard(resolution_mode="fail")(type("Backend", (Backend,), {}))()
