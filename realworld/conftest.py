@@ -110,3 +110,18 @@ def no_fallback(logged: Callable[[], list[logging.LogRecord]]) -> Iterator[None]
     ours = [w for w in caught if issubclass(w.category, DeviceFallbackWarning)]
     assert ours == [], [str(w.message)[:160] for w in ours]
     assert logged() == [], [r.getMessage()[:160] for r in logged()]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_folders_collected_here() -> Iterator[None]:
+    """Collect what the packages' exports left to the garbage collector before pytest ends.
+
+    Some exports leave a `TemporaryDirectory` behind; collected at some later,
+    unrelated moment, its `ResourceWarning` would fail whatever runs then.
+    """
+    yield
+    import gc
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()

@@ -11,7 +11,9 @@ once per module with optimum: nothing is downloaded.
 
 from __future__ import annotations
 
+import gc
 import shutil
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +47,14 @@ def onnx_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """all-MiniLM-L6-v2 saved with its ONNX export (the export runs once)."""
     root = tmp_path_factory.mktemp("minilm")
     source = shutil.copytree(gt.get_model_path(), root / "source")
-    st.SentenceTransformer(str(source), backend="onnx", device="cpu").save(str(root / "onnx"))
+    with warnings.catch_warnings():
+        # The export leaves a TemporaryDirectory to the garbage collector: collect it
+        # here, where its ResourceWarning is expected, not at interpreter exit.
+        warnings.simplefilter("ignore", ResourceWarning)
+        model = st.SentenceTransformer(str(source), backend="onnx", device="cpu")
+        model.save(str(root / "onnx"))
+        del model
+        gc.collect()
     return str(root / "onnx")
 
 

@@ -7,12 +7,13 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from onnx_device_guard import _cli
 from onnx_device_guard._cli import main
-from onnx_device_guard._doctor import command
+from onnx_device_guard._doctor import command, probe
 
 from . import doctor_models
 
@@ -75,16 +76,29 @@ class TestTimeout:
 
 class TestInterrupt:
     def test_ctrl_c_during_an_endless_inference(
-        self, endless: Path, capsys: pytest.CaptureFixture[str]
+        self,
+        endless: Path,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         """Ctrl-C while onnxruntime runs: heard at once, one line, status 130."""
-        timer = threading.Timer(1.5, _thread.interrupt_main)
-        timer.start()
+        timers: list[threading.Timer] = []
+        run_inference = probe.run_inference
+
+        def interrupted_once_running(*args: Any, **kwargs: Any) -> Any:
+            # Ctrl-C half a second into the inference itself, however slow the
+            # machine was to get there.
+            timers.append(threading.Timer(0.5, _thread.interrupt_main))
+            timers[-1].start()
+            return run_inference(*args, **kwargs)
+
+        monkeypatch.setattr(probe, "run_inference", interrupted_once_running)
         started = time.monotonic()
         try:
             code = main(["doctor", str(endless), "--device", "cpu", "--timeout", "120"])
         finally:
-            timer.cancel()
+            for timer in timers:
+                timer.cancel()
         took = time.monotonic() - started
         captured = capsys.readouterr()
 
