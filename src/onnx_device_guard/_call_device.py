@@ -20,13 +20,42 @@ import torch
 from ._devices import as_device
 from ._discovery import describe, factory_name
 from ._errors import DeviceGuardError, ModelInputError
-from ._messages import error_text, logger, short_repr
+from ._messages import MISSING, error_text, logger, short_repr
 from ._options import DeviceOption
 
 
-def call_arguments(
-    factory: object, args: tuple[Any, ...], kwargs: Mapping[str, Any], model: object
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Call:
+    """A call of a factory: what returned the model, and with which arguments."""
+
+    factory: object
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    signature: inspect.Signature | None = None
+    """The factory's signature when the guard read it once, at decoration."""
+
+    def device_argument(self) -> object:
+        """The call's `device` argument, read off the signature without binding the rest.
+
+        `None` when the call has none; `MISSING` when only binding can tell
+        (no signature read at decoration).
+        """
+        if self.signature is None:
+            return MISSING
+        parameters = self.signature.parameters
+        parameter = parameters.get("device")
+        if "device" in self.kwargs:
+            return self.kwargs["device"]
+        if parameter is None:
+            return None
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            position = list(parameters).index("device")
+            if position < len(self.args):
+                return self.args[position]
+        return None if parameter.default is parameter.empty else parameter.default
+
+
+def call_arguments(call: Call, model: object) -> dict[str, Any]:
     """The call's arguments by parameter name, defaults included.
 
     Bound through `inspect.signature(factory)` (for a bound method, without
@@ -35,9 +64,10 @@ def call_arguments(
     too, where no parameter has that name, so `use_cuda` passed through
     `**kwargs` reads as `arguments["use_cuda"]`.
     """
+    factory = call.factory
     try:
-        signature = inspect.signature(factory)  # type: ignore[arg-type]
-        bound = signature.bind(*args, **kwargs)
+        signature = call.signature or inspect.signature(factory)  # type: ignore[arg-type]
+        bound = signature.bind(*call.args, **call.kwargs)
     except (TypeError, ValueError) as error:
         raise DeviceGuardError(
             f"{describe(model, factory)} without a device attribute, and the guard cannot "
@@ -58,15 +88,6 @@ Asked = list[tuple[torch.device, str]]
 """Devices asked for, each with where it came from, in the order they are checked."""
 
 
-@dataclass(frozen=True)
-class Call:
-    """A call of a factory: what returned the model, and with which arguments."""
-
-    factory: object
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
 def asked_devices(option: DeviceOption, call: Call | None, model: object, *, strict: bool) -> Asked:
     """The devices the call asks for: its `device` argument, then the `device=` option.
 
@@ -84,14 +105,16 @@ def asked_devices(option: DeviceOption, call: Call | None, model: object, *, str
                 "but there is no call here. Pass the device itself (device='cuda')."
             )
         return [] if option is None else [(option, "the device= option")]
-    try:
-        arguments = call_arguments(call.factory, call.args, call.kwargs, model)
-    except DeviceGuardError:
-        if strict or (option is not None and not isinstance(option, torch.device)):
-            raise
-        arguments = {}  # the model's attribute says what it uses
+    value = call.device_argument()
+    arguments: dict[str, Any] = {}
+    if value is MISSING or strict or callable(option):  # the whole call is needed
+        try:
+            arguments = call_arguments(call, model)
+        except DeviceGuardError:
+            if strict or (option is not None and not isinstance(option, torch.device)):
+                raise
+        value = arguments.get("device")  # the model's attribute says what it uses
     asked: Asked = []
-    value = arguments.get("device")
     if value is not None:
         device = _as_asked(value, "the call's device argument", model, call.factory, strict)
         if device is not None:

@@ -227,6 +227,9 @@ def where(model: object, name: str, value: object) -> tuple[str, object]:
     same value is found, so a message names `backend.device` and a write
     goes where every view of the attribute sees it.
     """
+    cls = type(model)
+    if not hasattr(cls, "__getattr__") and cls.__getattribute__ is object.__getattribute__:
+        return name, model  # nothing forwards: the attribute is the model's own
     try:
         inspect.getattr_static(model, name)
     except AttributeError:

@@ -258,12 +258,16 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
             f"got {type(wrapped).__name__} {short_repr(wrapped)}."
         )
     factory: Callable[..., Any] = wrapped
+    try:  # read once here, not at every load
+        signature: inspect.Signature | None = inspect.signature(factory)
+    except (TypeError, ValueError):  # the load says so, if it needs the arguments
+        signature = None
     if inspect.iscoroutinefunction(factory):
 
         @functools.wraps(factory)
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
             model = await factory(*args, **kwargs)
-            align_model(model, options, Call(factory, args, kwargs))
+            align_model(model, options, Call(factory, args, kwargs, signature))
             return model
 
         return guarded_async
@@ -271,7 +275,7 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
     @functools.wraps(factory)
     def guarded_factory(*args: Any, **kwargs: Any) -> Any:
         model = factory(*args, **kwargs)
-        align_model(model, options, Call(factory, args, kwargs))
+        align_model(model, options, Call(factory, args, kwargs, signature))
         return model
 
     return guarded_factory

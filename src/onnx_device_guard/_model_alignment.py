@@ -109,15 +109,11 @@ class _Load:
         names = [path for path, _ in sessions]
         devices, (mode, fallback, warn) = self._devices(model, names, attribute)
         if options.follow:
-            fixed = replace(
-                self,
-                options=replace(options, settings=Settings(mode, fallback, warn), follow=False),
-                origin=None,
-            )
+            resolved = Settings(mode, fallback, warn)
             watch(
                 model,
                 sessions,
-                lambda model, *change: fixed.again(model),
+                lambda model, *change: self.fixed(resolved).again(model),
                 key=id(options),
                 origin=self.origin,
             )
@@ -134,6 +130,11 @@ class _Load:
         )
         report_fallback(report, warn, details)
         return aligned
+
+    def fixed(self, settings: Settings) -> _Load:
+        """This load with `settings` fixed, as a later re-alignment runs it (not followed again)."""
+        options = replace(self.options, settings=settings, follow=False)
+        return replace(self, options=options, origin=None)
 
     def _devices(
         self, model: object, names: list[str], attribute: DeviceAttribute | None
@@ -160,13 +161,19 @@ class _Load:
         mode: DeviceMismatchResolutionMode,
         fallback: torch.device,
     ) -> tuple[torch.device, Fallback | None, str]:
-        """Align each device with the sessions; the last aligned, the first fallback, its source."""
+        """Align each device with the sessions; the last aligned, the first fallback, its source.
+
+        A device asked for twice (the call's and the model's `cuda:0`) is
+        aligned once, under its first source.
+        """
         names = [path for path, _ in sessions]
         first: tuple[Fallback | None, str] = (None, "")
-        aligned = devices[-1][0]
+        aligned: dict[torch.device, torch.device] = {}
         for requested, source in devices:
+            if requested in aligned:
+                continue
             try:
-                aligned, planned = plan_alignment(
+                aligned[requested], planned = plan_alignment(
                     [session for _, session in sessions], names, requested, mode, fallback
                 )
             except ModelInputError as error:
@@ -180,7 +187,7 @@ class _Load:
                 ) from None
             if first[0] is None and planned is not None:
                 first = (planned, source)
-        return aligned, *first
+        return aligned[devices[-1][0]], *first
 
 
 def _write_back(
