@@ -22,8 +22,8 @@ from ._errors import (
     help_url,
 )
 from ._messages import logger, short_repr
-from ._options import DeviceMismatchResolutionMode, Settings, check_mode
-from ._policy import device_policy, in_force
+from ._options import DeviceMismatchResolutionMode, check_mode
+from ._policy import current_policy, device_policy
 from ._providers import (
     effective_providers,
     first_gpu_provider,
@@ -318,7 +318,13 @@ def _arguments(
     mode = None if resolution_mode is None else check_mode(resolution_mode)
     requested = as_device(device, "device")
     fallback = None if fallback_device is None else as_device(fallback_device, "fallback_device")
-    return (*in_force(Settings(mode, fallback)), requested)
+    policy = current_policy()
+    return (
+        policy.resolution_mode if mode is None else mode,  # type: ignore[return-value]
+        policy.fallback_device if fallback is None else fallback,
+        policy.warn,
+        requested,
+    )
 
 
 def _resolve(
