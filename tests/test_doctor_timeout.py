@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import _thread
 import json
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,22 @@ class TestTimeout:
 
         assert exited.value.code == 2
         assert "is not a number of seconds above 0" in capsys.readouterr().err
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_heard() -> Iterator[None]:
+    """Python's own Ctrl-C handler in place, as in a terminal.
+
+    A runner started in the background (`cmd &` in a non-interactive shell)
+    ignores SIGINT, and Python then installs no handler for it, so a
+    simulated Ctrl-C would go unheard.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class TestInterrupt:
