@@ -176,3 +176,28 @@ class TestHelpLinks:
             assert link.anchor in _page_ids(built_site, link.page), (
                 f"{link.origin}: {link.url} needs the anchor #{link.anchor} on {source.name}"
             )
+
+
+class _Links(HTMLParser):
+    """Every `href` and `src` of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.links += [value for name, value in attrs if name in ("href", "src") and value]
+
+
+class TestNotFoundPage:
+    def test_links_are_relative_to_the_site(self, built_site: Path) -> None:
+        """The 404 page's own links work wherever the site is served (no site_url in them).
+
+        Before: MkDocs wrote them from site_url, tying the page to one
+        published version and breaking it on a local build.
+        """
+        parser = _Links()
+        parser.feed((built_site / "404.html").read_text(encoding="utf-8"))
+        own = [link for link in parser.links if link.startswith(DOCS_URL)]
+        assert parser.links
+        assert own == []
