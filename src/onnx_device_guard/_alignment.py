@@ -224,11 +224,7 @@ def align_device_with_onnx_session(
         >>> align_device_with_onnx_session(SessionOnGPU1(), "cuda:0")
         device(type='cuda', index=1)
     """
-    mode, fallback, warn, requested = _arguments(resolution_mode, device, fallback_device)
-    aligned, report = plan_alignment([session], None, requested, mode, fallback)
-    if report is not None:
-        report_fallback(report, warn)
-    return aligned
+    return align_device_with_onnx_sessions([session], device, resolution_mode, fallback_device)
 
 
 def align_device_with_onnx_sessions(

@@ -84,14 +84,3 @@ def cuda_index(device: torch.device) -> int:
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         return torch.cuda.current_device()
     return 0
-
-
-def cuda_device(index: int) -> torch.device | None:
-    """Return `cuda:<index>`, or `None` when torch cannot address that index.
-
-    torch keeps a device index in a small integer: `torch.device("cuda", 128)`
-    wraps round to `cuda:-128`, and larger values overflow.
-    """
-    if not 0 <= index <= MAX_DEVICE_INDEX:
-        return None
-    return torch.device("cuda", index)

@@ -120,7 +120,11 @@ class _Load:
         aligned, report, source = self._plan(model, sessions, devices, mode, fallback)
         if report is None:
             return aligned
-        outcome = "" if attribute is None else _write_back(model, factory, attribute, aligned)
+        outcome = (
+            ""
+            if attribute is None or devices[-1][0] == aligned  # the attribute's own, checked
+            else _write_back(model, factory, attribute, aligned)
+        )
         details = Details(
             applied=attribute is not None,
             outcome=outcome,
@@ -193,14 +197,12 @@ class _Load:
 def _write_back(
     model: object, factory: object | None, attribute: DeviceAttribute, aligned: torch.device
 ) -> str:
-    """Write `aligned` to the model's device attribute if it differs; say what became of it.
+    """Write `aligned` to the model's device attribute; say what became of it.
 
     Returns what a fallback report says instead of "Using ... instead" (an
-    empty string when the write went through or was not needed).
+    empty string when the write went through).
     """
     current = attribute.value
-    if as_device(current, "device") == aligned:
-        return ""
     value: object = str(aligned) if isinstance(current, str) else aligned
     try:
         setattr(attribute.holder, attribute.name, value)
