@@ -1,4 +1,4 @@
-"""The alignment core: compare a torch device with what a session can read."""
+"""The alignment core: compare a torch device with what a session can read, report a fallback."""
 
 from __future__ import annotations
 
@@ -10,64 +10,41 @@ import warnings
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
 
 import torch
 
 from ._devices import DeviceLike, as_device, cuda_index
-from ._errors import (
-    DeviceFallbackWarning,
-    EnvironmentConfigurationError,
-    ModelInputError,
-    help_url,
-)
+from ._errors import DeviceFallbackWarning, EnvironmentConfigurationError, ModelInputError, help_url
 from ._messages import logger, short_repr
 from ._options import DeviceMismatchResolutionMode, check_mode
 from ._policy import current_policy, device_policy
-from ._providers import (
-    effective_providers,
-    first_gpu_provider,
-    provider_device_id,
-    require_session,
-)
+from ._providers import effective_providers, first_gpu_provider, provider_device_id, require_session
 
 _NO_GPU_HELP = help_url("troubleshooting", "no-data-transfer-registered")
 _DEVICE_ID_HELP = help_url("troubleshooting", "device-id-mismatch")
 _DISAGREE_HELP = help_url("troubleshooting", "sessions-on-different-gpus")
 
 
+@dataclass(slots=True)
 class Mismatch:
     """Why a session cannot read tensors from a device, and what to do about it.
 
-    It keeps the facts and writes `problem` and `fix` only when
-    they are read: a fallback that is not logged formats no text.
+    `problem` and `fix` are written only when read: an unlogged fallback formats no text.
     """
 
-    __slots__ = ("device", "index", "provider", "providers", "session_device", "session_name")
-
-    def __init__(
-        self,
-        device: torch.device,
-        providers: tuple[str, ...],
-        provider: str | None = None,
-        index: int | None = None,
-        session_device: torch.device | None = None,
-    ) -> None:
-        self.device = device
-        """The device the model asks for."""
-        self.providers = providers
-        """The session's effective providers."""
-        self.provider = provider
-        """The GPU-capable provider, when it runs on another GPU than `index`."""
-        self.index = index
-        """The CUDA index that `device` stands for, when the GPUs differ."""
-        self.session_device = session_device
-        """The GPU the session does run on, when it runs on another one."""
-        self.session_name: str | None = None
-        """Where the model keeps the session (an attribute path), when it has several."""
-
-    def __repr__(self) -> str:
-        return f"Mismatch({self.problem!r})"
+    device: torch.device
+    """The device the model asks for."""
+    providers: tuple[str, ...]
+    """The session's effective providers."""
+    provider: str | None = None
+    """The GPU-capable provider, when it runs on another GPU than `index`."""
+    index: int | None = None
+    """The CUDA index that `device` stands for, when the GPUs differ."""
+    session_device: torch.device | None = None
+    """The GPU the session does run on, when it runs on another one."""
+    session_name: str | None = None
+    """Where the model keeps the session (an attribute path), when it has several."""
 
     @property
     def problem(self) -> str:
@@ -84,10 +61,9 @@ class Mismatch:
             if self.device.index is not None
             else f"'cuda' (now cuda:{self.index})"
         )
-        owner = "its session's" if not name else f"its session{name}'s"
         return (
-            f"The model asks for device {asked}, but {owner} {self.provider} runs on "
-            f"device_id {self.session_device.index}, so every input would need a copy "
+            f"The model asks for device {asked}, but its session{name}'s {self.provider} runs "
+            f"on device_id {self.session_device.index}, so every input would need a copy "
             "between GPUs."
         )
 
@@ -111,11 +87,6 @@ class Mismatch:
         """The troubleshooting section that explains this mismatch."""
         return _NO_GPU_HELP if self.session_device is None else _DEVICE_ID_HELP
 
-    @property
-    def reason(self) -> str:
-        """The kind of mismatch, as a short stable string for log fields."""
-        return NO_GPU_PROVIDER if self.session_device is None else DEVICE_ID_MISMATCH
-
 
 def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
     """Return why `session` cannot read tensors on `device`, or `None` if it can."""
@@ -129,9 +100,7 @@ def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
     device_id = provider_device_id(session, provider)
     if device_id is None:
         return None
-    index: int | None = device.index  # torch's stubs omit the None
-    if index is None:
-        index = cuda_index(device)
+    index = cuda_index(device)
     if index == device_id:
         return None
     # provider_device_id only returns indices torch addresses.
@@ -147,18 +116,18 @@ def align_device_with_onnx_session(
     """Return a device whose tensors `session` can read, starting from `device`.
 
     onnxruntime drops a GPU execution provider it cannot load without raising,
-    and the session then runs on CPU. A model that keeps putting its inputs on
-    `cuda` fails later, at the first IO binding, with "no data transfer
-    registered". This function compares the device with the session's
-    effective providers (`session.get_providers()`) up front:
+    and the session runs on CPU; a model that keeps its inputs on `cuda` then
+    fails at the first IO binding with "no data transfer registered". This
+    function checks the device against the session's effective providers
+    (`session.get_providers()`) up front:
 
     * A device whose type is not `cuda` is returned unchanged.
     * A `cuda` device is compatible when the session runs one of
-      [`GPU_CAPABLE_EXECUTION_PROVIDERS`][onnx_device_guard.GPU_CAPABLE_EXECUTION_PROVIDERS].
-      If the first of them reports a `device_id` in
-      `session.get_provider_options()`, the device's index must match it
-      too; `cuda` without an index stands for torch's current CUDA device
-      (0 until CUDA is initialised).
+      [`GPU_CAPABLE_EXECUTION_PROVIDERS`][onnx_device_guard.GPU_CAPABLE_EXECUTION_PROVIDERS]
+      and, if the first of them reports a `device_id` in
+      `session.get_provider_options()`, the device's index matches it
+      (`cuda` without an index is torch's current CUDA device, 0 until CUDA
+      is initialised).
     * On a mismatch, `"fail"` raises; `"fallback"` issues a
       [`DeviceFallbackWarning`][onnx_device_guard.DeviceFallbackWarning]
       at the caller's line, logs the same text at WARNING on the
@@ -167,8 +136,8 @@ def align_device_with_onnx_session(
       the session runs on.
 
     Options left at `None` come from the innermost
-    [`device_policy`][onnx_device_guard.device_policy] scope, and outside any
-    scope from the defaults: `"fallback"` and CPU.
+    [`device_policy`][onnx_device_guard.device_policy] scope, else from the
+    defaults: `"fallback"` and CPU.
 
     Args:
         session: An initialised `onnxruntime.InferenceSession`, or any object
@@ -234,15 +203,23 @@ def align_device_with_onnx_sessions(
     fallback_device: DeviceLike | None = None,
     names: Sequence[str] | None = None,
 ) -> torch.device:
-    """Return a device that every one of `sessions` can read, logging a fallback.
+    """Return a device that every one of `sessions` can read, reporting a fallback.
 
-    `names` says where each session is kept, for the messages; see
-    `plan_alignment`.
+    The mode is checked first, whatever else is wrong; for `names`, see `plan_alignment`.
     """
-    mode, fallback, warn, requested = _arguments(resolution_mode, device, fallback_device)
-    aligned, report = plan_alignment(sessions, names, requested, mode, fallback)
+    mode = None if resolution_mode is None else check_mode(resolution_mode)
+    requested = as_device(device, "device")
+    fallback = None if fallback_device is None else as_device(fallback_device, "fallback_device")
+    policy = current_policy()  # every field filled in
+    aligned, report = plan_alignment(
+        sessions,
+        names,
+        requested,
+        mode or policy.resolution_mode,  # type: ignore[arg-type]
+        fallback or policy.fallback_device,  # type: ignore[arg-type]
+    )
     if report is not None:
-        report_fallback(report, warn)
+        report_fallback(report, policy.warn)  # type: ignore[arg-type]
     return aligned
 
 
@@ -255,41 +232,37 @@ def plan_alignment(
 ) -> tuple[torch.device, Fallback | None]:
     """Return the device every one of `sessions` reads, and the fallback to report, if any.
 
-    Nothing is logged here, so that a caller can first put the device to use
-    (write it to the model) and report only what really happened. Aligns
-    with each session in turn; in `"fallback"` mode a later session can move
-    the device to a GPU an earlier one does not run on, and then no GPU
-    serves them all and the fallback device is used, if they all read it.
-    With several sessions, messages name each session by its entry in
-    `names` (or by its position). In `"fail"` mode the first session that
-    cannot read the device raises `EnvironmentConfigurationError`.
+    Nothing is logged, so that a caller can first put the device to use
+    (write it to the model) and report only what really happened. Each
+    session in turn aligns the device; in `"fallback"` mode a later session
+    can move it to a GPU an earlier one does not run on, and then the
+    fallback device is used, if they all read it. With several sessions,
+    messages name each one by its entry in `names` (or its position). In
+    `"fail"` mode the first session that cannot read the device raises
+    `EnvironmentConfigurationError`.
     """
-    if len(sessions) == 1:
-        mismatch = find_mismatch(sessions[0], requested)
-        if mismatch is None:
-            return requested, None
-        target = _resolve(mismatch, mode, fallback)
-        return target, Fallback(requested, target, (mismatch,))
-    labels = (
-        list(names)
-        if names is not None and len(names) == len(sessions)
-        else [f"#{number}" for number in range(len(sessions))]
-    )
+    several = len(sessions) > 1
+    labels = names or [f"#{number}" for number in range(len(sessions))]
     aligned = requested
     mismatches: list[Mismatch] = []
     for label, session in zip(labels, sessions, strict=True):
         mismatch = find_mismatch(session, aligned)
-        if mismatch is not None:
-            mismatch.session_name = label
-            aligned = _resolve(mismatch, mode, fallback)
-            mismatches.append(mismatch)
+        if mismatch is None:
+            continue
+        mismatch.session_name = label if several else None
+        if mode == "fail":
+            raise EnvironmentConfigurationError(
+                f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
+            )
+        aligned = fallback if mismatch.session_device is None else mismatch.session_device
+        mismatches.append(mismatch)
     if not mismatches:
         return aligned, None
-    at_fault = [
+    at_fault = tuple(
         label
         for label, session in zip(labels, sessions, strict=True)
-        if find_mismatch(session, aligned) is not None
-    ]
+        if several and find_mismatch(session, aligned) is not None
+    )
     if not at_fault:
         return aligned, Fallback(requested, aligned, tuple(mismatches))
     if any(find_mismatch(session, fallback) for session in sessions):
@@ -301,136 +274,42 @@ def plan_alignment(
             "'cpu').",
             help_url=_DISAGREE_HELP,
         )
-    return fallback, Fallback(requested, fallback, tuple(mismatches), tuple(at_fault))
+    return fallback, Fallback(requested, fallback, tuple(mismatches), at_fault)
 
 
-def _arguments(
-    resolution_mode: object, device: object, fallback_device: object
-) -> tuple[DeviceMismatchResolutionMode, torch.device, bool, torch.device]:
-    """The mode, fallback device and `warn` a call uses, and its device, checked.
-
-    The mode is checked first, whatever else is wrong.
-    """
-    mode = None if resolution_mode is None else check_mode(resolution_mode)
-    requested = as_device(device, "device")
-    fallback = None if fallback_device is None else as_device(fallback_device, "fallback_device")
-    policy = current_policy()
-    return (
-        policy.resolution_mode if mode is None else mode,  # type: ignore[return-value]
-        policy.fallback_device if fallback is None else fallback,
-        policy.warn,
-        requested,
-    )
-
-
-def _resolve(
-    mismatch: Mismatch,
-    mode: DeviceMismatchResolutionMode,
-    fallback: torch.device,
-) -> torch.device:
-    """Return the device `mismatch` falls back to, or raise in `"fail"` mode."""
-    if mode == "fail":
-        raise EnvironmentConfigurationError(
-            f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
-        )
-    return fallback if mismatch.session_device is None else mismatch.session_device
-
-
-def _ending(context: str) -> str:
-    return f" ({context})" if context else ""
-
-
-NO_GPU_PROVIDER = "no_gpu_provider"
-"""`odg_reason` of a fallback: the session runs no GPU-capable provider."""
-DEVICE_ID_MISMATCH = "device_id_mismatch"
-"""`odg_reason` of a fallback: the session's GPU provider runs on another GPU."""
-SESSIONS_DISAGREE = "sessions_disagree"
-"""`odg_reason` of a fallback: a model's sessions run on different GPUs."""
-
-
+@dataclass(frozen=True)
 class Fallback:
     """A mismatch that `"fallback"` mode resolved, kept until it is reported."""
 
-    __slots__ = ("aligned", "disagreeing", "mismatches", "requested")
+    requested: torch.device
+    """The device the model asked for."""
+    aligned: torch.device
+    """The device the model gets instead."""
+    mismatches: tuple[Mismatch, ...]
+    """Each session that could not read the device, in the order they were checked."""
+    disagreeing: tuple[str, ...] = ()
+    """The sessions that cannot read the device the others run on, if they disagree."""
 
-    def __init__(
-        self,
-        requested: torch.device,
-        aligned: torch.device,
-        mismatches: tuple[Mismatch, ...],
-        disagreeing: tuple[str, ...] = (),
-    ) -> None:
-        self.requested = requested
-        """The device the model asked for."""
-        self.aligned = aligned
-        """The device the model gets instead."""
-        self.mismatches = mismatches
-        """Each session that could not read the device, in the order they were checked."""
-        self.disagreeing = disagreeing
-        """The sessions that cannot read the device the others run on, if they disagree."""
-
-    @property
-    def reason(self) -> str:
-        """A short, stable kind string: why the device had to change."""
-        return SESSIONS_DISAGREE if self.disagreeing else self.mismatches[0].reason
-
-    @property
-    def help_url(self) -> str:
-        """The troubleshooting section that explains this fallback."""
-        return _DISAGREE_HELP if self.disagreeing else self.mismatches[0].help_url
-
-    def message(self, *, applied: bool = True, context: str = "", outcome: str = "") -> str:
-        """The log line: what was wrong, what the model uses now, and the fix.
-
-        `applied=False` says that the device was only checked (a model with
-        no device attribute to write it to); `outcome`, when given, says what
-        became of the model instead; `context` ends the line.
-        """
-        target = repr(str(self.aligned))
+    def explained(self) -> tuple[str, str, str, str]:
+        """The problem, the fixes, the `odg_reason` and the help URL."""
         if self.disagreeing:
             problem = (
                 "The model's sessions run on different GPUs, so no single CUDA device serves "
-                f"them all ({', '.join(repr(name) for name in self.disagreeing)} cannot read "
-                "the GPU the others run on)."
+                f"them all ({', '.join(map(repr, self.disagreeing))} cannot read the GPU the "
+                "others run on)."
             )
-            fixes = [
+            fix = (
                 "Create every session with the same provider option 'device_id' to keep "
                 "them on one GPU."
-            ]
-        else:
-            problem = " ".join(mismatch.problem for mismatch in self.mismatches)
-            fixes = list(dict.fromkeys(mismatch.fix for mismatch in self.mismatches))
-        outcome = outcome or (
-            f"Using {target} instead."
-            if applied
-            else "The model has no device attribute, so it was left as it is; a fallback "
-            f"would use {target}."
+            )
+            return problem, fix, "sessions_disagree", _DISAGREE_HELP
+        first = self.mismatches[0]
+        return (
+            " ".join(mismatch.problem for mismatch in self.mismatches),
+            " ".join(dict.fromkeys(mismatch.fix for mismatch in self.mismatches)),
+            "no_gpu_provider" if first.session_device is None else "device_id_mismatch",
+            first.help_url,
         )
-        return f"{problem} {outcome} {' '.join(fixes)}{_ending(context)}"
-
-    def fields(
-        self,
-        *,
-        applied: bool = True,
-        factory: str | None = None,
-        device_attr: str | None = None,
-    ) -> dict[str, Any]:
-        """The structured fields of the log record (see the guide's list)."""
-        at_fault = self.disagreeing or tuple(
-            mismatch.session_name for mismatch in self.mismatches if mismatch.session_name
-        )
-        return {
-            "odg_event": "fallback",
-            "odg_reason": self.reason,
-            "odg_requested_device": str(self.requested),
-            "odg_aligned_device": str(self.aligned),
-            "odg_applied": applied,
-            "odg_providers": list(self.mismatches[0].providers),
-            "odg_sessions": list(at_fault),
-            "odg_factory": factory,
-            "odg_device_attr": device_attr,
-            "odg_help_url": self.help_url,
-        }
 
 
 @dataclass(frozen=True)
@@ -453,24 +332,38 @@ def report_fallback(fallback: Fallback, warn: bool, details: Details | None = No
     """Report `fallback`: a `DeviceFallbackWarning` and a WARNING record, or DEBUG only.
 
     The warning points at the first frame outside this library (the user's
-    call); the record goes to the library's logger with the `odg_*` fields.
+    call); the record goes to the library's logger with the `odg_*` fields
+    (see the guide's list).
     """
     level = logging.WARNING if warn else logging.DEBUG
     if not warn and not logger.isEnabledFor(level):
         return  # nothing to say: the texts are not even written
     details = details or Details()
-    text = fallback.message(
-        applied=details.applied, context=details.context, outcome=details.outcome
+    problem, fix, reason, url = fallback.explained()
+    target = repr(str(fallback.aligned))
+    outcome = details.outcome or (
+        f"Using {target} instead."
+        if details.applied
+        else "The model has no device attribute, so it was left as it is; a fallback "
+        f"would use {target}."
     )
+    text = f"{problem} {outcome} {fix}" + (f" ({details.context})" if details.context else "")
     if warn:
         _warn_at_caller(text)
-    logger.log(
-        level,
-        text,
-        extra=fallback.fields(
-            applied=details.applied, factory=details.factory, device_attr=details.device_attr
-        ),
-    )
+    names = tuple(mismatch.session_name for mismatch in fallback.mismatches)
+    fields = {
+        "odg_event": "fallback",
+        "odg_reason": reason,
+        "odg_requested_device": str(fallback.requested),
+        "odg_aligned_device": str(fallback.aligned),
+        "odg_applied": details.applied,
+        "odg_providers": list(fallback.mismatches[0].providers),
+        "odg_sessions": list(fallback.disagreeing or filter(None, names)),
+        "odg_factory": details.factory,
+        "odg_device_attr": details.device_attr,
+        "odg_help_url": url,
+    }
+    logger.log(level, text, extra=fields)
 
 
 _OWN_FILES = (os.path.dirname(__file__) + os.sep,)
@@ -498,10 +391,9 @@ def aligned_device(
 ) -> AbstractContextManager[torch.device]:
     """Align `device` with `session` (or with several sessions) on entry; give the result.
 
-    The options also hold for the whole block, as a
+    The options hold for the whole block, as a
     [`device_policy`][onnx_device_guard.device_policy] scope with the same
-    arguments would: nested alignments and guarded factories inside it use
-    them too.
+    arguments would: nested alignments and guarded factories use them too.
 
     Args:
         session: An initialised `onnxruntime.InferenceSession` or any object
@@ -559,7 +451,16 @@ def aligned_device(
     scope = device_policy(
         resolution_mode=resolution_mode, fallback_device=fallback_device, warn=warn
     )
-    return _AlignedDevice(_session_list(session), session, device, scope)
+    if not isinstance(session, list | tuple):
+        return _AlignedDevice(partial(align_device_with_onnx_sessions, [session], device), scope)
+    if not session:
+        raise ModelInputError(
+            "aligned_device needs a session or a non-empty list of sessions; got an empty "
+            f"{type(session).__name__}."
+        )
+    names = [f"sessions[{number}]" for number in range(len(session))]
+    align = partial(align_device_with_onnx_sessions, list(session), device, names=names)
+    return _AlignedDevice(align, scope)
 
 
 class _AlignedDevice:
@@ -569,33 +470,16 @@ class _AlignedDevice:
     points at the user's `with` line, not into `contextlib`.
     """
 
-    def __init__(
-        self, sessions: list[object] | None, session: object, device: object, scope: device_policy
-    ) -> None:
-        self._sessions, self._session, self._device, self._scope = sessions, session, device, scope
+    def __init__(self, align: partial[torch.device], scope: device_policy) -> None:
+        self._align, self._scope = align, scope
 
     def __enter__(self) -> torch.device:
         self._scope.__enter__()
         try:
-            if self._sessions is None:
-                return align_device_with_onnx_session(self._session, self._device)  # type: ignore[arg-type]
-            names = [f"sessions[{number}]" for number in range(len(self._sessions))]
-            return align_device_with_onnx_sessions(self._sessions, self._device, names=names)  # type: ignore[arg-type]
+            return self._align()
         except BaseException:
             self._scope.__exit__(None, None, None)
             raise
 
     def __exit__(self, *exc_info: object) -> None:
         self._scope.__exit__(None, None, None)
-
-
-def _session_list(value: object) -> list[object] | None:
-    """`value` as a list of sessions if it is a list or tuple of them, else `None`."""
-    if not isinstance(value, list | tuple):
-        return None
-    if not value:
-        raise ModelInputError(
-            "aligned_device needs a session or a non-empty list of sessions; got an empty "
-            f"{type(value).__name__}."
-        )
-    return list(value)
