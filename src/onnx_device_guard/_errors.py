@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 DOCS_URL = "https://onnx-device-guard.readthedocs.io/en/latest/"
 """Where the built documentation site lives; every `help_url` starts here."""
 
@@ -16,12 +14,12 @@ def help_url(page: str, anchor: str) -> str:
 class DeviceGuardError(Exception):
     """Base class of every error that onnx-device-guard raises on purpose.
 
-    Catch this one to handle all of them. Each error carries a one-paragraph
-    [`message`][onnx_device_guard.DeviceGuardError.message] that says what
-    went wrong and what to do, and a
-    [`help_url`][onnx_device_guard.DeviceGuardError.help_url] into the
-    documentation that explains the problem at length. `str(error)` shows
-    both.
+    Catch this one to handle all of them. Each carries a
+    [`message`][onnx_device_guard.DeviceGuardError.message] saying what went
+    wrong and what to do, and a
+    [`help_url`][onnx_device_guard.DeviceGuardError.help_url] into the docs;
+    `str(error)` shows both. Both survive pickling, so an error raised in a
+    process pool reaches the parent intact.
 
     Args:
         message: What went wrong and what to do about it.
@@ -55,34 +53,22 @@ class DeviceGuardError(Exception):
     """A link to the part of the documentation that explains this error."""
 
     def __init__(self, message: str, *, help_url: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(message)  # pickled as (type, (message,), attributes)
         self.message = message
         self.help_url = help_url if help_url is not None else self.default_help_url
 
     def __str__(self) -> str:
         return f"{self.message} (see {self.help_url})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keep help_url across pickling, so errors raised in process pools
-        # reach the parent process intact.
-        return (_rebuild_error, (type(self), self.message, self.help_url))
-
-
-def _rebuild_error(cls: type[DeviceGuardError], message: str, url: str) -> DeviceGuardError:
-    return cls(message, help_url=url)
-
 
 class ModelInputError(DeviceGuardError, ValueError):
     """A model input or an argument passed to onnx-device-guard is not one it can work with.
 
     Despite its name (kept from the first release), it covers every bad
-    argument, not only the model's: an unknown `resolution_mode`, a device
-    that is neither a `torch.device` nor a string torch can parse (or whose
-    index torch cannot address), a session object without a working
-    `get_providers()`, an option of the wrong type, a loader name `patch`
-    cannot find, or an `ONNX_DEVICE_GUARD_*` environment variable with a
-    value it cannot take. The message names the bad value. It is also a
-    `ValueError`.
+    argument: an unknown `resolution_mode`, a device torch cannot parse or
+    address, a session without a working `get_providers()`, an option of the
+    wrong type, a loader `patch` cannot find, or a bad `ONNX_DEVICE_GUARD_*`
+    variable. The message names the bad value. It is also a `ValueError`.
 
     Args:
         message: What went wrong and what to do about it.
@@ -111,11 +97,10 @@ class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
     """The session cannot read tensors from the requested device.
 
     Raised in `"fail"` mode when the device is CUDA but the session runs no
-    GPU-capable execution provider, or runs it on another GPU than the one
-    asked for; also, in either mode, when a model's sessions run on different
-    GPUs and cannot all read the fallback device. The message names the
-    device, the session's effective providers and what to change. It is also
-    a `RuntimeError`.
+    GPU-capable execution provider, or runs it on another GPU; and in either
+    mode when a model's sessions run on different GPUs and cannot all read
+    the fallback device. The message names the device, the session's
+    providers and what to change. It is also a `RuntimeError`.
 
     Args:
         message: What went wrong and what to do about it.
@@ -143,17 +128,15 @@ class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
 class DeviceFallbackWarning(UserWarning):
     """A model's device was changed because its session cannot read the device asked for.
 
-    Issued, in `"fallback"` mode, at the line that called the library (the
-    alignment core, a guarded factory, a guarded class), so a plain script
-    with no logging set up shows it. The same fallback is also logged, as a
-    WARNING record with structured fields, on the `onnx_device_guard` logger.
-    `warn=False` (or `ONNX_DEVICE_GUARD_WARN=0`) silences both. The standard
-    warning filters apply: pytest's
+    Issued in `"fallback"` mode at the line that called the library, so a
+    script with no logging set up shows it; the same fallback is logged as a
+    WARNING record with structured fields on the `onnx_device_guard` logger.
+    `warn=False` (or `ONNX_DEVICE_GUARD_WARN=0`) silences both. The warning
+    filters apply: pytest's
     `filterwarnings = ["error::onnx_device_guard.DeviceFallbackWarning"]`, or
-    `warnings.simplefilter("error", DeviceFallbackWarning)` in code, turns every
-    silent fallback into an error. (On the command line, `python -W
-    error::UserWarning` does: Python reads `-W` before it can import the
-    library, so it cannot name this category there.)
+    `warnings.simplefilter("error", DeviceFallbackWarning)`, turns every
+    silent fallback into an error (`python -W error::UserWarning` on the
+    command line, where Python reads `-W` before the library is importable).
 
     Args:
         message: What was wrong, which device the model uses now, and the fix.
