@@ -29,38 +29,33 @@ def as_device(value: object, name: str) -> torch.device:
             torch parses, or its index is one torch would silently change.
     """
     if isinstance(value, torch.device):
-        return checked_device(value, name)
-    if isinstance(value, str):
-        # torch parses the index into a byte and wraps large numbers round (or
-        # overflows on larger ones still): read the digits after the colon first.
-        _, colon, written = value.rpartition(":")
-        if colon and written.isascii() and written.isdigit():
-            if len(written) > 1 and written.startswith("0"):
-                raise ModelInputError(
-                    f"{name}={short_repr(value)} is malformed: a device index is written "
-                    "without leading zeros, as in 'cuda:1'."
-                )
-            if len(written) > len(str(MAX_DEVICE_INDEX)) or int(written) > MAX_DEVICE_INDEX:
-                raise _unaddressable(name, value, short_repr(written).strip("'"))
-        try:
-            return torch.device(value)
-        except (RuntimeError, ValueError, TypeError):
+        index: int | None = value.index  # torch's stubs omit the None
+        if index is None or 0 <= index <= MAX_DEVICE_INDEX:
+            return value
+        raise _unaddressable(name, value, index)
+    if not isinstance(value, str):
+        raise ModelInputError(
+            f"{name} must be a torch.device or a string such as 'cuda:0'; "
+            f"got {type(value).__name__} {short_repr(value)}."
+        )
+    # torch parses the index into a byte and wraps large numbers round (or
+    # overflows on larger ones still): read the digits after the colon first.
+    _, colon, written = value.rpartition(":")
+    if colon and written.isascii() and written.isdigit():
+        if len(written) > 1 and written.startswith("0"):
             raise ModelInputError(
-                f"{name}={short_repr(value)} is not a device torch understands; "
-                "pass a torch.device or a string such as 'cpu', 'cuda' or 'cuda:1'."
-            ) from None
-    raise ModelInputError(
-        f"{name} must be a torch.device or a string such as 'cuda:0'; "
-        f"got {type(value).__name__} {short_repr(value)}."
-    )
-
-
-def checked_device(device: torch.device, name: str) -> torch.device:
-    """Return `device` if torch addresses its index, else raise `ModelInputError`."""
-    index: int | None = device.index  # torch's stubs omit the None
-    if index is None or 0 <= index <= MAX_DEVICE_INDEX:
-        return device
-    raise _unaddressable(name, device, index)
+                f"{name}={short_repr(value)} is malformed: a device index is written "
+                "without leading zeros, as in 'cuda:1'."
+            )
+        if len(written) > len(str(MAX_DEVICE_INDEX)) or int(written) > MAX_DEVICE_INDEX:
+            raise _unaddressable(name, value, short_repr(written).strip("'"))
+    try:
+        return torch.device(value)
+    except (RuntimeError, ValueError, TypeError):
+        raise ModelInputError(
+            f"{name}={short_repr(value)} is not a device torch understands; "
+            "pass a torch.device or a string such as 'cpu', 'cuda' or 'cuda:1'."
+        ) from None
 
 
 def _unaddressable(name: str, value: object, index: object) -> ModelInputError:
@@ -74,9 +69,8 @@ def _unaddressable(name: str, value: object, index: object) -> ModelInputError:
 def cuda_index(device: torch.device) -> int:
     """Return the CUDA device index that torch uses for `device`.
 
-    `torch.device("cuda")` means torch's current CUDA device. Before CUDA is
-    initialised (and on machines without CUDA) that is device 0; this function
-    never initialises CUDA itself.
+    `torch.device("cuda")` means torch's current CUDA device: device 0 before
+    CUDA is initialised (and without CUDA). This never initialises CUDA itself.
     """
     index: int | None = device.index  # torch's stubs omit the None
     if index is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger("onnx_device_guard")
@@ -12,30 +13,19 @@ logger.addHandler(logging.NullHandler())
 MISSING: Any = object()
 """Marks "no such attribute" (or "nothing was there"), where `None` is a real value."""
 
-REPR_LIMIT = 80
-"""The most characters of one value's `repr` that a message shows."""
 
-
-def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
+def short_repr(value: object, limit: int = 80) -> str:
     """Return `repr(value)`, cut to `limit` characters, and never raise.
 
     A `__repr__` that raises gives `<TypeName object>` instead, so building an
     error message can never fail in its turn or hide the error it describes.
     """
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__} object>"
-    return _cut(text, limit)
+    return _short(repr, value, limit)
 
 
 def short_str(value: object, limit: int = 200) -> str:
     """Return `str(value)` (an exception's text, say), cut, and never raise."""
-    try:
-        text = str(value)
-    except Exception:
-        text = f"<{type(value).__name__} object>"
-    return _cut(text, limit)
+    return _short(str, value, limit)
 
 
 def error_text(error: BaseException, limit: int = 200) -> str:
@@ -44,5 +34,9 @@ def error_text(error: BaseException, limit: int = 200) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _cut(text: str, limit: int) -> str:
+def _short(show: Callable[[object], str], value: object, limit: int) -> str:
+    try:
+        text = show(value)
+    except Exception:
+        text = f"<{type(value).__name__} object>"
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -21,10 +21,9 @@ GPU_CAPABLE_EXECUTION_PROVIDERS: frozenset[str] = frozenset(
 )
 """Names of the onnxruntime execution providers that read tensors in CUDA memory.
 
-A session whose effective providers include one of these can consume
-`cuda` torch tensors (ROCm and MIGraphX builds of torch also call their
-devices `cuda`). DirectML, CoreML, OpenVINO and the other providers do not
-count: they cannot read torch's CUDA memory.
+A session whose effective providers include one of these can consume `cuda`
+torch tensors (ROCm and MIGraphX builds of torch call their devices `cuda`
+too). DirectML, CoreML, OpenVINO and the others cannot read torch's CUDA memory.
 
 Examples:
     >>> from onnx_device_guard import GPU_CAPABLE_EXECUTION_PROVIDERS
@@ -40,7 +39,7 @@ def require_session(session: object) -> Callable[[], object]:
     try:
         get_providers = getattr(session, "get_providers", None)
     except Exception as error:  # a lookup that raises: a broken proxy, say
-        raise _lookup_error("get_providers", error) from error
+        raise _broken("Looking up session.get_providers", error) from error
     if not callable(get_providers):
         raise ModelInputError(
             "session must be an onnxruntime.InferenceSession, or any object with a "
@@ -55,17 +54,26 @@ def effective_providers(session: object) -> tuple[str, ...]:
     Any iterable of provider names will do (a list, as onnxruntime returns,
     a tuple, a set, a generator), but not a bare string.
     """
-    providers = _ask(require_session(session), "get_providers")
-    if isinstance(providers, str | bytes) or not _is_iterable(providers):
-        raise _not_names(providers)
+    get_providers = require_session(session)
+    try:
+        providers: Any = get_providers()
+    except Exception as error:
+        raise _broken("session.get_providers()", error) from error
+    try:
+        iterable = callable(getattr(type(providers), "__iter__", None))
+    except Exception:  # a metaclass whose lookup raises
+        iterable = False
+    if isinstance(providers, str | bytes) or not iterable:
+        raise ModelInputError(
+            "session.get_providers() must return a list (or another iterable) of provider "
+            f"names; got {type(providers).__name__} {short_repr(providers)}."
+        )
     try:
         names = tuple(providers)
     except Exception as error:
-        raise ModelInputError(
-            "Iterating over what session.get_providers() returned "
-            f"({type(providers).__name__} {short_repr(providers)}) raised "
-            f"{type(error).__name__}: {short_str(error)}. Pass a fully initialised "
-            "onnxruntime.InferenceSession."
+        what = f"({type(providers).__name__} {short_repr(providers)})"
+        raise _broken(
+            f"Iterating over what session.get_providers() returned {what}", error
         ) from error
     for name in names:
         if not isinstance(name, str):
@@ -76,61 +84,50 @@ def effective_providers(session: object) -> tuple[str, ...]:
     return names
 
 
-def _is_iterable(value: object) -> bool:
-    try:
-        return callable(getattr(type(value), "__iter__", None))
-    except Exception:  # a metaclass whose lookup raises
-        return False
-
-
-def _not_names(providers: object) -> ModelInputError:
+def _broken(what: str, error: Exception) -> ModelInputError:
+    """The error for a session whose `what` raised `error`."""
     return ModelInputError(
-        "session.get_providers() must return a list (or another iterable) of provider "
-        f"names; got {type(providers).__name__} {short_repr(providers)}."
+        f"{what} raised {type(error).__name__}: {short_str(error)}. "
+        "Pass a fully initialised onnxruntime.InferenceSession."
     )
 
 
 def first_gpu_provider(providers: tuple[str, ...]) -> str | None:
     """Return the first GPU-capable provider in `providers`, in the session's order."""
-    for name in providers:
-        if name in GPU_CAPABLE_EXECUTION_PROVIDERS:
-            return name
-    return None
+    return next((name for name in providers if name in GPU_CAPABLE_EXECUTION_PROVIDERS), None)
 
 
 def provider_device_id(session: object, provider: str) -> int | None:
     """Return the GPU index that `provider` runs on in `session`, if it can be read.
 
     `None` means "index not checked": the session has no
-    `get_provider_options()`, or the provider's options hold no `device_id`,
-    or what the session reports cannot be read as a GPU index torch
-    addresses. In the last case one WARNING names the value. Never raises: a
-    session that can read the device must not fail on a report about which GPU.
+    `get_provider_options()`, the provider's options hold no `device_id`, or
+    what the session reports is not a GPU index torch addresses (then one
+    WARNING names it). Never raises: a session that can read the device must
+    not fail on a report about which GPU.
     """
     try:
         get_options = getattr(session, "get_provider_options", None)
         if not callable(get_options):
             return None
         all_options = get_options()
-        if isinstance(all_options, Mapping):
-            options = all_options.get(provider)
-        else:
+        if not isinstance(all_options, Mapping):
             _unchecked(
                 provider,
                 "session.get_provider_options() returned "
                 f"{type(all_options).__name__} {short_repr(all_options)}, not a mapping",
             )
             return None
+        options = all_options.get(provider)
         if options is None:
             return None
-        if isinstance(options, Mapping):
-            raw = options.get("device_id")
-        else:
+        if not isinstance(options, Mapping):
             _unchecked(
                 provider,
                 f"its options are {type(options).__name__} {short_repr(options)}, not a mapping",
             )
             return None
+        raw = options.get("device_id")
     except Exception as error:
         _unchecked(
             provider,
@@ -147,7 +144,6 @@ def provider_device_id(session: object, provider: str) -> int | None:
             f"it reports device_id={short_repr(raw)}, which is not a GPU index torch "
             f"addresses (0 to {MAX_DEVICE_INDEX})",
         )
-        return None
     return index
 
 
@@ -158,16 +154,15 @@ def parse_device_id(raw: object) -> int | None:
     the digits is ignored, as onnxruntime's own parser ignores it when it
     reads the `device_id` option (`" 1"` selects GPU 1 there too).
     """
+    if isinstance(raw, bool):
+        return None
     if isinstance(raw, str):
         text = raw.strip()
-        if not (text.isascii() and text.isdigit()):
-            return None
         digits = text.lstrip("0") or "0"
-        if len(digits) > len(str(MAX_DEVICE_INDEX)):  # never int() a megabyte of digits
+        # Never int() a megabyte of digits.
+        if not (text.isascii() and text.isdigit()) or len(digits) > len(str(MAX_DEVICE_INDEX)):
             return None
         index = int(digits)
-    elif isinstance(raw, bool):
-        return None
     else:
         try:
             index = operator.index(raw)  # type: ignore[arg-type]
@@ -182,22 +177,4 @@ def _unchecked(provider: str, why: str) -> None:
         "device is aligned by provider type alone.",
         provider,
         why,
-    )
-
-
-def _ask(method: Callable[[], object], name: str) -> Any:
-    """Call the session's `method`, turning whatever it raises into `ModelInputError`."""
-    try:
-        return method()
-    except Exception as error:
-        raise ModelInputError(
-            f"session.{name}() raised {type(error).__name__}: {short_str(error)}. "
-            "Pass a fully initialised onnxruntime.InferenceSession."
-        ) from error
-
-
-def _lookup_error(name: str, error: Exception) -> ModelInputError:
-    return ModelInputError(
-        f"Looking up session.{name} raised {type(error).__name__}: {short_str(error)}. "
-        "Pass a fully initialised onnxruntime.InferenceSession."
     )
