@@ -115,49 +115,44 @@ def align_device_with_onnx_session(
 ) -> torch.device:
     """Return a device whose tensors `session` can read, starting from `device`.
 
-    onnxruntime drops a GPU execution provider it cannot load without raising,
-    and the session runs on CPU; a model that keeps its inputs on `cuda` then
-    fails at the first IO binding with "no data transfer registered". This
-    function checks the device against the session's effective providers
-    (`session.get_providers()`) up front:
+    onnxruntime drops a GPU execution provider it cannot load without raising;
+    the session runs on CPU, and a model whose inputs stay on `cuda` fails at
+    the first IO binding with "no data transfer registered". This function
+    checks the device against `session.get_providers()` up front:
 
     * A device whose type is not `cuda` is returned unchanged.
-    * A `cuda` device is compatible when the session runs one of
-      [`GPU_CAPABLE_EXECUTION_PROVIDERS`][onnx_device_guard.GPU_CAPABLE_EXECUTION_PROVIDERS]
-      and, if the first of them reports a `device_id` in
-      `session.get_provider_options()`, the device's index matches it
-      (`cuda` without an index is torch's current CUDA device, 0 until CUDA
-      is initialised).
-    * On a mismatch, `"fail"` raises; `"fallback"` issues a
-      [`DeviceFallbackWarning`][onnx_device_guard.DeviceFallbackWarning]
-      at the caller's line, logs the same text at WARNING on the
-      `onnx_device_guard` logger, and returns `fallback_device` (CPU by
-      default) or, when only the index differs, `cuda:<device_id>`, the GPU
-      the session runs on.
+    * A `cuda` device needs one of
+      [`GPU_CAPABLE_EXECUTION_PROVIDERS`][onnx_device_guard.GPU_CAPABLE_EXECUTION_PROVIDERS];
+      when the first of them reports a `device_id` in
+      `session.get_provider_options()`, the index must match it too (bare
+      `cuda` is torch's current CUDA device, 0 until CUDA is initialised).
+    * On a mismatch, `"fail"` raises; `"fallback"` warns at the caller's line
+      ([`DeviceFallbackWarning`][onnx_device_guard.DeviceFallbackWarning]),
+      logs the same text at WARNING on the `onnx_device_guard` logger, and
+      returns `fallback_device`, or `cuda:<device_id>` when only the index
+      differs.
 
     Options left at `None` come from the innermost
-    [`device_policy`][onnx_device_guard.device_policy] scope, else from the
+    [`device_policy`][onnx_device_guard.device_policy] scope, else the
     defaults: `"fallback"` and CPU.
 
     Args:
         session: An initialised `onnxruntime.InferenceSession`, or any object
             with `get_providers()` (and optionally `get_provider_options()`).
-        device: The torch device requested for the model, as a
-            `torch.device` or a string such as `"cuda:0"`.
-        resolution_mode: `"fallback"` or `"fail"`; `None` takes the
-            current policy's mode (`"fallback"` by default).
-        fallback_device: The device to return in `"fallback"` mode when the
-            session runs no GPU-capable provider; `None` takes the current
-            policy's (CPU by default).
+        device: The device requested for the model: a `torch.device` or a
+            string such as `"cuda:0"`.
+        resolution_mode: `"fallback"` or `"fail"`; `None` takes the policy's.
+        fallback_device: Returned in `"fallback"` mode when the session runs
+            no GPU-capable provider; `None` takes the policy's (CPU by default).
 
     Returns:
-        `device` as a `torch.device` when the session can read it,
-        otherwise the device a `"fallback"` resolution chose.
+        `device` as a `torch.device` when the session can read it, else the
+        device the `"fallback"` resolution chose.
 
     Raises:
         ModelInputError: `resolution_mode` is not `"fail"` or `"fallback"`
-            (checked first, whatever the device), a device cannot be parsed,
-            or `session` has no working `get_providers()`.
+            (checked first), a device cannot be parsed, or `session` has no
+            working `get_providers()`.
         EnvironmentConfigurationError: The session cannot read `device` and
             the mode is `"fail"`.
 
@@ -232,14 +227,11 @@ def plan_alignment(
 ) -> tuple[torch.device, Fallback | None]:
     """Return the device every one of `sessions` reads, and the fallback to report, if any.
 
-    Nothing is logged, so that a caller can first put the device to use
-    (write it to the model) and report only what really happened. Each
-    session in turn aligns the device; in `"fallback"` mode a later session
-    can move it to a GPU an earlier one does not run on, and then the
-    fallback device is used, if they all read it. With several sessions,
-    messages name each one by its entry in `names` (or its position). In
-    `"fail"` mode the first session that cannot read the device raises
-    `EnvironmentConfigurationError`.
+    Nothing is logged: a caller first puts the device to use, then reports
+    what happened. Each session in turn aligns the device; when a later one
+    moves it to a GPU an earlier one cannot read, the fallback device is used
+    if all read it. Messages name sessions by `names` (else position) when
+    there are several. In `"fail"` mode the first mismatch raises.
     """
     several = len(sessions) > 1
     labels = names or [f"#{number}" for number in range(len(sessions))]
@@ -389,23 +381,21 @@ def aligned_device(
     fallback_device: DeviceLike | None = None,
     warn: bool | None = None,
 ) -> AbstractContextManager[torch.device]:
-    """Align `device` with `session` (or with several sessions) on entry; give the result.
+    """Align `device` with `session` (or several sessions) on entry; give the result.
 
-    The options hold for the whole block, as a
-    [`device_policy`][onnx_device_guard.device_policy] scope with the same
-    arguments would: nested alignments and guarded factories use them too.
+    The options hold for the whole block, as in a
+    [`device_policy`][onnx_device_guard.device_policy] scope: nested
+    alignments and guarded factories use them too.
 
     Args:
-        session: An initialised `onnxruntime.InferenceSession` or any object
-            with `get_providers()`; or a list or tuple of them (a pipeline of
-            several models), in which case the device must suit every one.
+        session: A session, as `align_device_with_onnx_session` takes; or a
+            list or tuple of them (a pipeline), which the device must all suit.
         device: The torch device the code in the block wants to use.
-        resolution_mode: `"fallback"` or `"fail"`; `None` keeps the
-            enclosing scope's.
-        fallback_device: Where to go when the session runs no GPU-capable
-            provider; `None` keeps the enclosing scope's.
-        warn: `False` logs fallbacks at DEBUG level instead of WARNING;
-            `None` keeps the enclosing scope's.
+        resolution_mode: `"fallback"` or `"fail"`; `None` keeps the scope's.
+        fallback_device: Where to go when a session runs no GPU-capable
+            provider; `None` keeps the scope's.
+        warn: `False` logs fallbacks at DEBUG instead of WARNING; `None`
+            keeps the scope's.
 
     Returns:
         A context manager whose `with ... as device` gives the aligned
@@ -415,9 +405,9 @@ def aligned_device(
         ModelInputError: An argument cannot be used (see
             [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session]),
             or the list of sessions is empty.
-        EnvironmentConfigurationError: A session cannot read `device` and
-            the mode is `"fail"`; or the sessions run on different GPUs and
-            cannot all read the fallback device either.
+        EnvironmentConfigurationError: A session cannot read `device` in
+            `"fail"` mode, or the sessions run on different GPUs and cannot
+            all read the fallback device.
 
     Examples:
         A script that prefers the GPU but must also run where onnxruntime
