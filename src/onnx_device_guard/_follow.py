@@ -1,56 +1,27 @@
 """Following a session's provider changes after load, so a model can be aligned again.
 
-onnxruntime changes the execution providers of a live session in
-`session.set_providers(...)`, which `InferenceSession.run()` (and
-`run_with_ort_values()`) also calls when a GPU provider raises `EPFail`: it
-prints two lines, calls `self.set_providers(self._fallback_providers)` and
-retries once. A model aligned at load still holds its old device afterwards.
+onnxruntime changes a live session's providers in `set_providers(...)`, which
+`InferenceSession.run()` (and `run_with_ort_values()`) also calls when a GPU
+provider raises `EPFail`, before retrying once. A model aligned at load would
+keep its old device. So `watch` puts a hook in place of `set_providers` on the
+session instance, where it shadows the class's method (onnxruntime's fallback
+calls `self.set_providers` too), and a call that changes the providers or
+their options calls back the models watching the session. Runs are untouched.
 
-This module hooks that one method, never a run: a wrapper of `set_providers`
-put on the session instance shadows the class's method (onnxruntime's
-fallback included, as it calls `self.set_providers`). When the providers or
-their options differ after a call, it calls back every model watching the
-session. The watches live in that hook, each model held weakly, by model and
-key, so a watch costs the same however many models share the session, and
-nothing of it is kept in a guard's options: a guarded factory pickles
-without it.
-
-Internal API, for the guard (`device_guard`, `patch`):
-
-* `watch(model, [(name, session), ...], on_change, key=..., origin=...)`
-  follows these sessions of `model` and returns how many are followed. Call
-  it before reading the providers at load, so that a change meanwhile is
-  not missed. The same model and key watched again adds nothing. It never
-  raises for what it cannot follow: it logs and returns fewer.
-* `on_change(model, session_name, old_providers, new_providers)` runs once
-  per live watch and changed session, in the thread that changed the
-  providers and under its scopes (so the guard fixes its settings at load).
-  Providers are tuples of names, or `None` where unreadable. Meanwhile each
-  record the library logs in that thread starts with `describe_change`'s
-  sentence and carries `odg_changed_session`, `odg_old_providers` and
-  `odg_new_providers`.
-* An error raised by `on_change` propagates out of the call that changed the
-  providers, once every other live model was called back (later errors are
-  logged at ERROR). A library error is raised again as the same type with
-  the change in front of its message, chained to the error onnxruntime was
-  handling (the `EPFail`), else to the callback's error. A model watched
-  through nested guards is called back innermost first, and no further once
-  one of its callbacks raised.
-* `stop_following(origin)` forgets the watches made for `origin` (a patch);
-  a session left unwatched gets its `set_providers` back as it was. An
-  origin whose `cancelled` is true is never watched for, so a load racing a
-  patch's `undo()` leaves no hook. `is_followed(session)` says whether a
-  hook is on `session`.
+The watches live in the hook, each model held weakly, so a guarded factory
+pickles without them. `stop_following(origin)` forgets a patch's watches; a
+session left unwatched gets its `set_providers` back as it was.
 
 Limits: a model that cannot be weakly referenced, and a session whose
 `set_providers` cannot be replaced on the instance, are not followed (one
-WARNING per class says so and what to do). A pickled or deep-copied session
-comes back unfollowed; a shallow `copy.copy` shares the hook (a known limit).
+WARNING per class says so). A pickled or deep-copied session comes back
+unfollowed; a shallow `copy.copy` shares the hook (a known limit).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -73,19 +44,25 @@ _NOTHING: Any = object()
 """Marks "the session had no instance attribute `set_providers`"."""
 
 _LOCK = threading.RLock()
-"""Guards every hook's watches; re-entrant, as attribute lookups and log handlers run user code."""
+"""Guards the watches; re-entrant, as attribute lookups and log handlers run user code."""
 _HOLDING = threading.local()
-"""How deep this thread is inside `_locked`."""
 _PENDING: list[tuple[_ProviderHook, Hashable, object]] = []
-"""Watches of collected models that `forget` could not drop at once."""
+"""Watches of collected models that `forget` left to the next holder of `_LOCK`."""
 _WARNED: dict[tuple[str, type], object] = {}
-"""The (what, class) pairs `_warn_once` has logged about."""
+_AT_LOAD_ONLY = (
+    "A model's device is aligned at load only; after set_providers (or onnxruntime's "
+    "fallback after a GPU provider fails) call onnx_device_guard.realign(model)."
+)
 _REWRAPPED = (DeviceGuardError, ModelInputError, EnvironmentConfigurationError)
+_CHANGE: ContextVar[tuple[str, str, Providers, Providers] | None] = ContextVar(
+    "onnx_device_guard_provider_change", default=None
+)
+"""The change a callback in this context follows: its sentence, session, old and new providers."""
 
 
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
-    """Hold `_LOCK`; the outermost holder first drops the watches `forget` left."""
+    """Hold `_LOCK`; the outermost holder in a thread first drops the watches `forget` left."""
     with _LOCK:
         _HOLDING.depth = getattr(_HOLDING, "depth", 0) + 1
         try:
@@ -136,7 +113,7 @@ class _Watch(NamedTuple):
 
 
 class _ProviderHook:
-    """What replaces `set_providers` in a followed session's instance attributes."""
+    """What stands in a followed session's instance attributes for its `set_providers`."""
 
     __slots__ = ("__weakref__", "_saved", "_session", "_watches")
 
@@ -145,10 +122,8 @@ class _ProviderHook:
             self._session: Callable[[], object] = weakref.ref(session)
         except TypeError:  # no __weakref__ slot: a cycle, which the collector breaks
             self._session = lambda: session
-        self._saved = saved
-        """The instance attribute it replaced, or `_NOTHING`."""
-        self._watches: dict[Hashable, _Watch] = {}
-        """The models watching, in the order they started, by (id of model, key)."""
+        self._saved = saved  # the instance attribute it replaced, or _NOTHING
+        self._watches: dict[Hashable, _Watch] = {}  # by (id of model, key), oldest first
 
     def __repr__(self) -> str:
         return f"<set_providers of {self._session()!r}, followed by onnx-device-guard>"
@@ -161,7 +136,7 @@ class _ProviderHook:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         session = self._live_session()
         original = _original(session, self._saved)
-        if not self._watches:  # left inert under another wrapper by a stop
+        if not self._watches:  # left inert under another wrapper
             return original(*args, **kwargs)
         handled = sys.exc_info()[1]  # onnxruntime's EPFail, during its fallback
         before = _snapshot(session)
@@ -172,8 +147,7 @@ class _ProviderHook:
         return result
 
     def _live_session(self) -> object:
-        session = self._session()
-        if session is None:
+        if (session := self._session()) is None:
             raise ReferenceError("the session of this set_providers no longer exists")
         return session
 
@@ -197,36 +171,30 @@ def watch(
 ) -> int:
     """Follow `sessions` of `model`, calling `on_change` when one changes providers.
 
-    `key` tells guards apart: watching the same model and session again with
-    an equal `key` adds nothing (a cached model returned twice).
+    Call it before reading the providers at load, so that a change meanwhile
+    is not missed. Watching a model's session again with an equal `key` (a
+    guard's) adds nothing; nor does a watch for an `origin` (a patch) that is
+    `cancelled`, so a load racing `undo()` leaves no hook. What cannot be
+    followed is logged, never raised. `on_change` runs in the thread that
+    changed the providers, under its scopes: see `_dispatch`.
 
     Returns:
         How many of `sessions` are followed for this model now.
 
     Examples:
-        >>> import torch
-        >>> from onnx_device_guard import align_device_with_onnx_session
         >>> from onnx_device_guard._follow import is_followed, watch
         >>> class Session:
         ...     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
         ...     def get_providers(self):
         ...         return self.providers
         ...     def set_providers(self, providers):
-        ...         self.providers = list(providers)
-        >>> class Model:
-        ...     def __init__(self):
-        ...         self.session, self.device = Session(), torch.device("cuda")
-        >>> def realign(model, session_name, old, new):
-        ...     model.device = align_device_with_onnx_session(
-        ...         getattr(model, session_name), model.device, "fallback"
-        ...     )
-        >>> model = Model()
-        >>> watch(model, [("session", model.session)], realign)
+        ...         self.providers = providers
+        >>> class Model: ...
+        >>> model, session = Model(), Session()
+        >>> watch(model, [("session", session)], lambda *change: print(*change[1:]))
         1
-        >>> model.session.set_providers(["CPUExecutionProvider"])
-        >>> model.device
-        device(type='cpu')
-        >>> session = model.session
+        >>> session.set_providers(["CPUExecutionProvider"])
+        session ('CUDAExecutionProvider', 'CPUExecutionProvider') ('CPUExecutionProvider',)
         >>> del model  # the last model gone, the session gets its method back
         >>> is_followed(session)
         False
@@ -237,55 +205,44 @@ def watch(
         _warn_once(
             "model",
             type(model),
-            "onnx-device-guard cannot follow the sessions of %s objects: the class cannot "
-            "be weakly referenced (it has __slots__ without '__weakref__'), and a strong "
-            "reference from the session would keep every model alive. Their device is "
-            "aligned at load only; a later change of a session's providers (set_providers, "
-            "or onnxruntime's fallback after a GPU provider fails) leaves it as it is. Add "
-            "'__weakref__' to __slots__, or call onnx_device_guard.realign(model) after "
-            "changing providers.",
+            "onnx-device-guard cannot follow the sessions of %s objects: the class cannot be "
+            "weakly referenced (it has __slots__ without '__weakref__'), and a strong reference "
+            "from the session would keep every model alive. Add '__weakref__' to __slots__. "
+            + _AT_LOAD_ONLY,
         )
         return 0
     followed = 0
     with _locked():
-        if origin is not None and origin.cancelled:  # undone while this load was running
+        if origin is not None and origin.cancelled:
             return 0
         for session_name, session in sessions:
-            hook = _hook_of(session)
-            if hook is None:
+            if (hook := _hook_of(session)) is None:
                 continue
             entry = (id(model), key)
             existing = hook._watches.get(entry)
             if existing is None or existing.model() is not model:  # new, or a dead model's id
-                reference = weakref.ref(model, _forget(hook, entry))
+                forget = functools.partial(_forget, weakref.ref(hook), entry)
+                reference = weakref.ref(model, forget)
                 hook._watches[entry] = _Watch(reference, session_name, on_change, origin)
             _HOOKS.add(hook)
             followed += 1
     return followed
 
 
-def _forget(hook: _ProviderHook, entry: Hashable) -> Callable[[object], None]:
-    """The weak reference callback that drops `entry` once its model is collected.
+def _forget(hook: weakref.ref[_ProviderHook], entry: Hashable, reference: object) -> None:
+    """Drop `entry` from `hook` once its model is collected: a weak reference callback.
 
     The collector may run it in a thread holding a logging lock that the
-    holder of `_LOCK` waits for, so it never waits for `_LOCK`; nor does it
-    drop anything in the middle of this thread's own work under the lock.
-    Then the next holder of the lock drops the entry instead.
+    holder of `_LOCK` waits for, or in this thread's own work under the lock:
+    then it leaves the entry to the lock's next holder instead of waiting.
     """
-    hook_reference = weakref.ref(hook)
-
-    def forget(reference: object) -> None:
-        found = hook_reference()
-        if found is None:
-            return
+    if (found := hook()) is not None:
         _PENDING.append((found, entry, reference))
-        if not getattr(_HOLDING, "depth", 0) and _LOCK.acquire(blocking=False):
-            try:
-                _drop_pending()
-            finally:
-                _LOCK.release()
-
-    return forget
+    if not getattr(_HOLDING, "depth", 0) and _LOCK.acquire(blocking=False):
+        try:
+            _drop_pending()
+        finally:
+            _LOCK.release()
 
 
 def _drop_pending() -> None:
@@ -324,13 +281,12 @@ def is_followed(session: object) -> bool:
     return isinstance(hook, _ProviderHook) and hook._session() is session
 
 
-# The instance attribute is read, written and removed through attribute access
-# only: on CPython 3.11+, reading a session's `__dict__` turns its inline
-# attribute values into a dict for good, and slows every lookup in its `run()`.
-
-
 def _lookup(session: object) -> object:
-    """`session.set_providers` as attribute lookup finds it, or `_NOTHING`; never raises."""
+    """`session.set_providers` as attribute lookup finds it, or `_NOTHING`; never raises.
+
+    The hook is read, set and removed by attribute access only: on CPython
+    3.11+, reading a session's `__dict__` would slow every lookup in its `run()`.
+    """
     try:
         return getattr(session, _METHOD, _NOTHING)
     except Exception:
@@ -341,35 +297,35 @@ def _hook_of(session: object) -> _ProviderHook | None:
     """`session`'s hook, installed if needed; `None` when it cannot be hooked. Under `_LOCK`."""
     current = _lookup(session)
     if isinstance(current, _ProviderHook) and current._session() is session:
-        return current  # the common case after the first load (a class property would hide it)
+        return current  # the common case after the first load
     defined = _class_method(type(session))
     if hasattr(type(defined), "__set__") or hasattr(type(defined), "__delete__"):
-        return _unhookable(session, "its set_providers is a property, not a method")
+        _unhookable(session, "its set_providers is a property, not a method")
+        return None
     if isinstance(current, _ProviderHook):
         saved = current._saved  # copied from another session: that hook is not ours to call
     elif defined is not None:
         saved = _NOTHING if _is_bound_from_class(current, session) else current
     elif current is _NOTHING:
-        _warn_once(
-            "session without set_providers",
-            type(session),
-            "Not following %s sessions: they have no set_providers to change their providers.",
-            logging.DEBUG,
-        )
+        message = "Not following %s sessions: they have no set_providers to change their providers."
+        _warn_once("session without set_providers", type(session), message, logging.DEBUG)
         return None
     elif hasattr(type(session), "__getattr__"):
-        return _unhookable(session, "its set_providers is forwarded, not defined by its class")
+        _unhookable(session, "its set_providers is forwarded, not defined by its class")
+        return None
     else:
         saved = current  # an instance attribute, and nothing on the class
     hook = _ProviderHook(session, saved)
     try:
         object.__setattr__(session, _METHOD, hook)
     except (AttributeError, TypeError):
-        return _unhookable(session, "it has no instance __dict__ to put a hook in")
-    if _lookup(session) is not hook:
-        _put_back(session, hook)
-        return _unhookable(session, "a set_providers put on the instance is not the one called")
-    return hook
+        _unhookable(session, "it has no instance __dict__ to put a hook in")
+        return None
+    if _lookup(session) is hook:
+        return hook
+    _put_back(session, hook)
+    _unhookable(session, "a set_providers put on the instance is not the one called")
+    return None
 
 
 def _is_bound_from_class(current: object, session: object) -> bool:
@@ -383,8 +339,7 @@ def _is_bound_from_class(current: object, session: object) -> bool:
 def _unhook(hook: _ProviderHook) -> None:
     """Put back what the session had instead of `hook`. Under `_LOCK`."""
     _HOOKS.discard(hook)
-    session = hook._session()
-    if session is None:
+    if (session := hook._session()) is None:
         return
     if _lookup(session) is hook:
         _put_back(session, hook)
@@ -409,11 +364,15 @@ def _put_back(session: object, hook: _ProviderHook) -> None:
 def _dispatch(
     hook: _ProviderHook, old: Providers, new: Providers, handled: BaseException | None
 ) -> None:
-    """Call back every live model watching `hook`'s session; no lock held while calling.
+    """Call back each live model watching `hook`'s session, with no lock held.
 
-    A model watched through nested guards is called back in the order they
-    watched it, innermost first, and no further once one of its callbacks
-    raised, as at load, where the inner guard's error stops the outer one.
+    Meanwhile each record the library logs in this thread starts with the
+    change's sentence (see `_name_the_change`). A callback's error propagates
+    once every other model was called back (later errors are logged at
+    ERROR): a library error as its type with the change in front of its
+    message, chained to `handled` (onnxruntime's `EPFail`) if any, else to
+    itself. A model watched through nested guards is called back innermost
+    first, and no further once one of its callbacks raised, as at load.
     """
     with _locked():
         watches = list(hook._watches.values())
@@ -442,33 +401,17 @@ def _dispatch(
         raise errors[0]
 
 
-_CHANGE: ContextVar[tuple[str, str, Providers, Providers] | None] = ContextVar(
-    "onnx_device_guard_provider_change", default=None
-)
-"""The change a callback in this thread follows: its sentence, session name, old and new."""
-
-
-class _ChangeInRecords(logging.Filter):
-    """Puts the change a callback follows in front of each record the library logs meanwhile.
-
-    It also adds the fields `odg_changed_session`, `odg_old_providers` and
-    `odg_new_providers`, so that the re-alignment's one fallback WARNING names
-    the providers before and after.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        change = _CHANGE.get()
-        if change is None:
-            return True
-        text, session_name, old, new = change
+def _name_the_change(record: logging.LogRecord) -> bool:
+    """Put the change a callback follows in front of `record`, with its `odg_*` fields."""
+    if (change := _CHANGE.get()) is not None:
+        text, record.odg_changed_session, old, new = change
         record.msg = f"{text.replace('%', '%%') if record.args else text} {record.msg}"
-        record.odg_changed_session = session_name
         record.odg_old_providers = None if old is None else list(old)
         record.odg_new_providers = None if new is None else list(new)
-        return True
+    return True
 
 
-logger.addFilter(_ChangeInRecords())
+logger.addFilter(_name_the_change)
 
 
 def _explained(error: Exception, change: str) -> Exception:
@@ -513,17 +456,10 @@ def _original(session: object, saved: object = _NOTHING) -> Callable[..., Any]:
     return defined if get is None else get(defined, session, type(session))  # type: ignore[return-value]
 
 
-def _unhookable(session: object, why: str) -> _ProviderHook | None:
-    """Warn, once per class, that `session` cannot be followed, and why; `None`, its hook."""
-    _warn_once(
-        "session",
-        type(session),
-        "onnx-device-guard cannot follow provider changes of %s sessions: "
-        + why
-        + ". A model's device is aligned at load only; after set_providers (or onnxruntime's "
-        "fallback after a GPU provider fails) call onnx_device_guard.realign(model).",
-    )
-    return None
+def _unhookable(session: object, why: str) -> None:
+    """Warn, once per class, that `session`'s provider changes cannot be followed, and why."""
+    message = f"onnx-device-guard cannot follow provider changes of %s sessions: {why}. "
+    _warn_once("session", type(session), message + _AT_LOAD_ONLY)
 
 
 def _warn_once(what: str, cls: type, message: str, level: int = logging.WARNING) -> None:
