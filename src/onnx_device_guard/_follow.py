@@ -2,15 +2,12 @@
 
 onnxruntime changes a live session's providers in `set_providers(...)`, which
 `InferenceSession.run()` (and `run_with_ort_values()`) also calls when a GPU
-provider raises `EPFail`, before retrying once. A model aligned at load would
-keep its old device. So `watch` puts a hook in place of `set_providers` on the
-session instance, where it shadows the class's method (onnxruntime's fallback
-calls `self.set_providers` too), and a call that changes the providers or
-their options calls back the models watching the session. Runs are untouched.
-
-The watches live in the hook, each model held weakly, so a guarded factory
-pickles without them. `stop_following(origin)` forgets a patch's watches; a
-session left unwatched gets its `set_providers` back as it was.
+provider raises `EPFail`, before retrying once; a model aligned at load would
+keep its old device. So `watch` puts a hook for `set_providers` on the session
+instance, shadowing the class's method (which onnxruntime's fallback calls
+through `self`), and a call that changes the providers or their options calls
+back the models watching the session. Runs are untouched. The watches live in
+the hook, each model held weakly, never in a guard's options (which pickle).
 
 Limits: a model that cannot be weakly referenced, and a session whose
 `set_providers` cannot be replaced on the instance, are not followed (one
@@ -366,13 +363,12 @@ def _dispatch(
 ) -> None:
     """Call back each live model watching `hook`'s session, with no lock held.
 
-    Meanwhile each record the library logs in this thread starts with the
-    change's sentence (see `_name_the_change`). A callback's error propagates
-    once every other model was called back (later errors are logged at
-    ERROR): a library error as its type with the change in front of its
-    message, chained to `handled` (onnxruntime's `EPFail`) if any, else to
-    itself. A model watched through nested guards is called back innermost
-    first, and no further once one of its callbacks raised, as at load.
+    The records logged meanwhile name the change (`_name_the_change`). The
+    first error propagates once every other model was called back, later ones
+    logged at ERROR; a library error gets the change in front of its message
+    (`_explained`) and is chained to `handled`, onnxruntime's `EPFail`, if any.
+    A model watched through nested guards is called back innermost first, and
+    no further once one of its callbacks raised, as at load.
     """
     with _locked():
         watches = list(hook._watches.values())
