@@ -1,19 +1,15 @@
 """Models that open their sessions later: checked when the sessions appear.
 
-Some packages create their onnxruntime sessions at the model's first call,
-not in its constructor. With `require_session=False`, a guarded model that
-holds no session at load waits here: its class's public methods (and
-`__call__`) are wrapped, once per class, so that after each call of a waiting
-model the guard looks for its sessions again. The first call after which
-they exist aligns the model, exactly as a load would have: in `"fallback"`
-mode one report and the device attribute rewritten, in `"fail"` mode the
-`EnvironmentConfigurationError` raised from that call. The call itself has
-run by then, on whatever device its sessions got: the check comes at the
-latest when the call that opened them returns. A generator method is checked
-after each item it yields, an `async def` one once it has been awaited.
-
-Once a model has its sessions (or is gone) it waits no more, and its calls
-cost one dictionary lookup. A model that never opens a session is never
+With `require_session=False`, a guarded model that holds no session at load
+waits here: its class's public methods and `__call__` are wrapped, once per
+class, so that after each call of a waiting model (after each item of a
+generator method, once an `async def` one was awaited) the guard looks for
+its sessions again. The first call after which they exist aligns the model
+as a load would have: in `"fallback"` mode one report and the device
+attribute rewritten, in `"fail"` mode the `EnvironmentConfigurationError`
+raised from that call, which has run by then, on whatever device its
+sessions got. A model with its sessions (or gone) waits no more, and its
+calls cost one dictionary lookup; one that never opens a session is never
 reported, as `require_session=False` promises.
 """
 
@@ -36,6 +32,11 @@ _HOOKED: dict[type, dict[str, Any]] = {}
 """Classes whose methods are wrapped, with what each name held before (`MISSING`: nothing)."""
 
 _MARK = "__onnx_device_guard_waits__"
+_CANNOT_WAIT = (
+    "onnx-device-guard cannot wait for the sessions of %s objects (the class cannot be {}): "
+    "sessions they open later are not checked. Call onnx_device_guard.realign(model) after "
+    "the first call instead."
+)
 
 
 def await_sessions(model: object, check: Callable[[Any], object]) -> None:
@@ -44,24 +45,14 @@ def await_sessions(model: object, check: Callable[[Any], object]) -> None:
     `check` aligns the model and, when there is still no session, calls this
     function again. Only a weak reference to the model is kept here.
     """
-    key, waiting = id(model), _WAITING  # the callback may run at interpreter exit
-
-    def forget(_: object) -> None:
-        waiting.pop(key, None)
-
+    key, waits = id(model), _WAITING  # the callback may run at interpreter exit
     try:
-        reference = weakref.ref(model, forget)
+        reference = weakref.ref(model, lambda _: waits.pop(key, None))
     except TypeError:
-        logger.warning(
-            "onnx-device-guard cannot wait for the sessions of %s objects (the class cannot "
-            "be weakly referenced): sessions they open later are not checked. Call "
-            "onnx_device_guard.realign(model) after the first call instead.",
-            type(model).__qualname__,
-        )
+        logger.warning(_CANNOT_WAIT.format("weakly referenced"), type(model).__qualname__)
         return
-    if not _hook(type(model)):
-        return
-    _WAITING[key] = (reference, check)
+    if _hook(type(model)):
+        _WAITING[key] = (reference, check)
 
 
 def waiting(model: object) -> bool:
@@ -72,11 +63,9 @@ def waiting(model: object) -> bool:
 
 def _after_call(instance: object) -> None:
     """Check `instance` if it waits for its sessions (the check may wait again)."""
-    entry = _WAITING.get(id(instance))
-    if entry is None or entry[0]() is not instance:
-        return
-    del _WAITING[id(instance)]
-    entry[1](instance)
+    if waiting(instance):
+        _, check = _WAITING.pop(id(instance))
+        check(instance)
 
 
 def _hook(cls: type) -> bool:
@@ -91,12 +80,7 @@ def _hook(cls: type) -> bool:
                 type.__setattr__(cls, name, _wrapped(function))
             except (TypeError, AttributeError):  # a built-in or extension type
                 _restore(cls, saved)
-                logger.warning(
-                    "onnx-device-guard cannot wait for the sessions of %s objects (the class "
-                    "cannot be changed): sessions they open later are not checked. Call "
-                    "onnx_device_guard.realign(model) after the first call instead.",
-                    cls.__qualname__,
-                )
+                logger.warning(_CANNOT_WAIT.format("changed"), cls.__qualname__)
                 return False
         _HOOKED[cls] = saved
         return True
@@ -112,11 +96,10 @@ def stop_waiting(cls: type) -> None:
 
 def _restore(cls: type, saved: dict[str, Any]) -> None:
     for name, value in saved.items():
-        if value is MISSING:
-            if name in cls.__dict__:
-                type.__delattr__(cls, name)
-        else:
+        if value is not MISSING:
             type.__setattr__(cls, name, value)
+        elif name in cls.__dict__:
+            type.__delattr__(cls, name)
 
 
 def _methods(cls: type) -> dict[str, Callable[..., Any]]:
@@ -132,33 +115,25 @@ def _methods(cls: type) -> dict[str, Callable[..., Any]]:
 
 
 def _wrapped(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function`, checking its instance for sessions after each call."""
-    if inspect.isgeneratorfunction(function):
+    """`function`, checking its instance for sessions after each call, item or await."""
+    generates = inspect.isgeneratorfunction(function)
 
-        @functools.wraps(function)
-        def generator_method(self: object, *args: Any, **kwargs: Any) -> Any:
-            items = function(self, *args, **kwargs)
-            return _checked_items(self, items) if id(self) in _WAITING else items
-
-        wrapper: Callable[..., Any] = generator_method
-    elif inspect.iscoroutinefunction(function):
-
-        @functools.wraps(function)
-        async def async_method(self: object, *args: Any, **kwargs: Any) -> Any:
-            result = await function(self, *args, **kwargs)
+    @functools.wraps(function)
+    def method(self: object, *args: Any, **kwargs: Any) -> Any:
+        result = function(self, *args, **kwargs)
+        if not generates:
             _after_call(self)
-            return result
+        elif id(self) in _WAITING:
+            return _checked_items(self, result)
+        return result
 
-        wrapper = async_method
-    else:
+    @functools.wraps(function)
+    async def async_method(self: object, *args: Any, **kwargs: Any) -> Any:
+        result = await function(self, *args, **kwargs)
+        _after_call(self)
+        return result
 
-        @functools.wraps(function)
-        def method(self: object, *args: Any, **kwargs: Any) -> Any:
-            result = function(self, *args, **kwargs)
-            _after_call(self)
-            return result
-
-        wrapper = method
+    wrapper = async_method if inspect.iscoroutinefunction(function) else method
     setattr(wrapper, _MARK, True)
     return wrapper
 
