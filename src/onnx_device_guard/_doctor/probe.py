@@ -73,13 +73,8 @@ _ALIASES: Mapping[str, str] = {
     "rocm": "ROCMExecutionProvider",
 }
 
-# Add-ons that share the "onnxruntime" prefix but not the onnxruntime module.
-_ADD_ON_PREFIXES = (
-    "onnxruntime-extensions",
-    "onnxruntime-genai",
-    "onnxruntime-tools",
-    "onnxruntime-ep-",
-)
+# Add-ons named "onnxruntime-*" that do not hold the onnxruntime module.
+_ADD_ONS = ("extensions", "genai", "tools", "ep-")
 
 # Words in an inference error that put the blame on the device rather than the inputs.
 _DEVICE_ERROR = re.compile(
@@ -147,15 +142,10 @@ def environment() -> tuple[Environment, Any]:
 
 
 def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) -> Facts:
-    """Create `model`'s session, align the device with it and run the test inference.
+    """Create `model`'s session (`None`: the tiny model), align the device, run the inference.
 
-    Args:
-        check: The machine, device, providers and inference options.
-        model: The ONNX model file; `None` uses the packaged tiny model.
-        wait: Called with the seconds spent while the inference runs (progress).
-
-    Raises:
-        ModelInputError: The model file is missing, unreadable or not an ONNX model.
+    `wait` is called with the seconds spent while the inference runs. Raises
+    `ModelInputError` if the model file is missing, unreadable or not an ONNX model.
     """
     started = time.perf_counter()
     label, session, on_creation = _open(check.ort, model, check.providers)
@@ -188,11 +178,7 @@ def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) 
 
 
 def model_inputs(ort: Any, model: Path | None) -> tuple[ModelInput, ...] | None:
-    """The inputs `model` declares, read from a CPU session; `None` when they cannot be read.
-
-    Raises:
-        ModelInputError: The model file is missing, unreadable or not an ONNX model.
-    """
+    """The inputs `model` declares, read from a CPU session; `None` when they cannot be read."""
     _, session, _ = _open(ort, model, [("CPUExecutionProvider", {})])
     try:
         return declared_inputs(session)
@@ -219,23 +205,10 @@ def align(
     A fallback goes to `fallback` (the library's `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`).
     Returns the aligned device and, when it differs from `device`, the core's
     explanation of the mismatch. Nothing is logged: the report says it all.
-
-    Examples:
-        >>> import torch
-        >>> from onnx_device_guard._doctor.probe import align
-        >>> class CPUSession:
-        ...     def get_providers(self):
-        ...         return ["CPUExecutionProvider"]
-        >>> aligned, mismatch = align(CPUSession(), torch.device("cuda:0"))
-        >>> aligned, mismatch.session_device
-        (device(type='cpu'), None)
     """
     with device_policy(warn=False):
         aligned = align_device_with_onnx_session(session, device, "fallback", fallback)
     return aligned, (find_mismatch(session, device) if aligned != device else None)
-
-
-# The environment.
 
 
 def import_onnxruntime() -> Any:
@@ -297,7 +270,7 @@ def _provides_module(dist: metadata.Distribution, name: str) -> bool:
     top_level = dist.read_text("top_level.txt")
     if top_level is not None:
         return "onnxruntime" in top_level.split()
-    return not name.startswith(_ADD_ON_PREFIXES)
+    return not name.removeprefix("onnxruntime-").startswith(_ADD_ONS)
 
 
 def torch_cuda_facts() -> tuple[str | None, int, tuple[str, ...]]:
@@ -311,34 +284,19 @@ def torch_cuda_facts() -> tuple[str | None, int, tuple[str, ...]]:
     return build, count, tuple(one_line(warning.message, 500) for warning in caught)
 
 
-# The providers.
-
-
 def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
     """Raise `ModelInputError` for a provider name onnxruntime does not know.
 
     `known` is `onnxruntime.get_all_providers()`; the GPU-capable providers
     count as known too, since not every build lists them. The message suggests
     the closest known name.
-
-    Examples:
-        >>> from onnx_device_guard import ModelInputError
-        >>> from onnx_device_guard._doctor.probe import check_provider_names
-        >>> try:
-        ...     check_provider_names(["CUDAExecutonProvider"], ["CUDAExecutionProvider"])
-        ... except ModelInputError as error:
-        ...     print(error.message)
-        unknown execution provider 'CUDAExecutonProvider'; did you mean 'CUDAExecutionProvider'?
     """
     every = sorted({*known, *GPU_CAPABLE_EXECUTION_PROVIDERS})
     for name in names:
         if name not in every:
-            suggestion = suggest_provider(name, every)
-            hint = (
-                f"did you mean {suggestion!r}?"
-                if suggestion
-                else f"onnxruntime knows {', '.join(every)}"
-            )
+            hint = f"onnxruntime knows {', '.join(every)}"
+            if suggestion := suggest_provider(name, every):
+                hint = f"did you mean {suggestion!r}?"
             raise ModelInputError(f"unknown execution provider {name!r}; {hint}")
 
 
@@ -347,18 +305,6 @@ def suggest_provider(name: str, known: Iterable[str]) -> str | None:
 
     Case, the `ExecutionProvider` suffix and a few common short names
     (`cuda`, `gpu`, `trt`, `directml`) are forgiven before spelling.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.probe import suggest_provider
-        >>> known = ["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"]
-        >>> suggest_provider("CUDAExecutonProvider", known)
-        'CUDAExecutionProvider'
-        >>> suggest_provider("cuda", known)
-        'CUDAExecutionProvider'
-        >>> suggest_provider("TensorRTExecutionProvider", known)
-        'TensorrtExecutionProvider'
-        >>> suggest_provider("banana", known) is None
-        True
     """
     by_key = {provider.lower(): provider for provider in known}
     forgiven = {
@@ -370,9 +316,6 @@ def suggest_provider(name: str, known: Iterable[str]) -> str | None:
     close = difflib.get_close_matches(key, by_key, n=1, cutoff=0.75)
     found = forgiven.get(key) or forgiven.get(key.removesuffix("executionprovider"))
     return found or (by_key[close[0]] if close else None)
-
-
-# The session.
 
 
 EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
@@ -436,9 +379,6 @@ def session_error(label: str, error: BaseException, model: ModelBytes | None = N
     return f"onnxruntime cannot create a session for '{label}': {reason}"
 
 
-# The inference.
-
-
 WaitHook = Callable[[float], None]
 """Called, about ten times a second, with the seconds a running inference has taken."""
 
@@ -448,11 +388,10 @@ def run_with_deadline(
 ) -> InferenceCheck:
     """`run_inference` bounded by `options.timeout` seconds, stopped by Ctrl-C too.
 
-    The inference runs in a worker thread while this one waits in short
-    joins, so a `KeyboardInterrupt` is heard at once. Ctrl-C and the deadline
-    both set `RunOptions.terminate`, which onnxruntime checks between operators
-    (inside a `Loop` too), and no new attempt starts; Ctrl-C is raised again,
-    and at the deadline the inference is inconclusive.
+    It runs in a worker thread while this one waits in short joins, so Ctrl-C
+    is heard at once. Both set `RunOptions.terminate`, which onnxruntime checks
+    between operators (inside a `Loop` too); Ctrl-C is raised again, and a run
+    past the deadline is inconclusive.
     """
     if not options.run:
         return InferenceCheck("skipped", "not run (--no-inference)")
@@ -496,16 +435,12 @@ def run_inference(
 ) -> InferenceCheck:
     """Run the session on `device` with inputs that fit, searching if need be; never raise.
 
-    Each attempt fills the inputs (see `inputs.attempts`) on `device`; a CUDA
-    device goes through IO binding, so that the session reads the tensors
-    where torch put them, as a model would; any other device through
-    `session.run` with the inputs copied to NumPy. The first attempt that
-    completes makes the check `ok`. A failure on the device (creating the
-    tensors, binding them, or a run that completes from NumPy arrays but not
-    from torch's tensors) makes it `failed`; a failure in the model's own
-    operators with every input set tried makes it `inconclusive`. Inputs
-    that cannot be read or built skip the run: nothing is the device's fault.
-    `run_options.terminate` (set by `run_with_deadline`) ends the search early.
+    On CUDA the session reads torch's tensors in place (IO binding), as a model
+    would; elsewhere `session.run` gets NumPy copies. The first attempt that
+    completes is `ok`; a failure on the device (making or binding the tensors,
+    or a run that completes from NumPy arrays only) is `failed`; the model's
+    own operators refusing every input set is `inconclusive`; inputs that
+    cannot be read or built skip the run. `run_options.terminate` stops the search.
     """
     try:
         inputs = declared_inputs(session)
@@ -562,7 +497,7 @@ class _Run:
             return "device", f"creating the inputs on {self.device} raised {_describe(error)}"
         try:
             if self.device.type == "cuda":
-                run_bound(self.session, specs, tensors, cuda_index(self.device), self.options)
+                self.run_bound(specs, tensors)
             else:
                 self.run_numpy(specs, tensors)
         except Exception as error:
@@ -586,6 +521,27 @@ class _Run:
             f"{said}; the same inputs as NumPy arrays through InferenceSession.run completed, "
             f"so the session cannot read torch's tensors on {self.device}"
         )
+
+    def run_bound(self, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
+        """Bind `tensors` in place as the session's inputs, outputs on the same GPU, and run."""
+        binding = self.session.io_binding()
+        device_id = cuda_index(self.device)
+        for spec, tensor in zip(specs, tensors, strict=True):
+            binding.bind_input(
+                name=spec.name,
+                device_type="cuda",
+                device_id=device_id,
+                element_type=torch.empty(0, dtype=spec.dtype).numpy().dtype.type,
+                shape=tuple(tensor.shape),
+                buffer_ptr=tensor.data_ptr(),
+            )
+        for output in self.session.get_outputs():
+            binding.bind_output(output.name, device_type="cuda", device_id=device_id)
+        if any(tensor.is_cuda for tensor in tensors):
+            # onnxruntime runs on its own stream: the inputs must be written first.
+            torch.cuda.synchronize(torch.device("cuda", device_id))
+        self.session.run_with_iobinding(binding, self.options)
+        binding.copy_outputs_to_cpu()  # returns once the outputs really exist
 
     def run_numpy(self, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
         """Run the session from host copies of `tensors`."""
@@ -644,33 +600,6 @@ def _shown(specs: Sequence[InputSpec]) -> str:
 
 def _mib(size: int) -> str:
     return f"{size / MIB:,.{1 if size < 100 * MIB else 0}f} MiB"
-
-
-def run_bound(
-    session: Any,
-    specs: Sequence[InputSpec],
-    tensors: Sequence[torch.Tensor],
-    device_id: int,
-    run_options: Any = None,
-) -> None:
-    """Bind `tensors` in place as the session's inputs, outputs on the same GPU, and run."""
-    binding = session.io_binding()
-    for spec, tensor in zip(specs, tensors, strict=True):
-        binding.bind_input(
-            name=spec.name,
-            device_type="cuda",
-            device_id=device_id,
-            element_type=torch.empty(0, dtype=spec.dtype).numpy().dtype.type,
-            shape=tuple(tensor.shape),
-            buffer_ptr=tensor.data_ptr(),
-        )
-    for output in session.get_outputs():
-        binding.bind_output(output.name, device_type="cuda", device_id=device_id)
-    if any(tensor.is_cuda for tensor in tensors):
-        # onnxruntime runs on its own stream: the inputs must be written first.
-        torch.cuda.synchronize(torch.device("cuda", device_id))
-    session.run_with_iobinding(binding, run_options)
-    binding.copy_outputs_to_cpu()  # returns once the outputs really exist
 
 
 def _describe(error: BaseException) -> str:
