@@ -2,10 +2,9 @@
 
 `environment` collects the machine's facts once; `check_model` creates one
 model's session, aligns the device through the core and runs the test
-inference, searching for inputs that fit. onnxruntime is imported here,
-inside the functions, never with `onnx_device_guard` itself. Bad input (a
-missing model file, an unknown provider, no onnxruntime) raises
-`ModelInputError` with a one-line message.
+inference. onnxruntime is imported inside the functions, never with the
+package. Bad input (a missing model, an unknown provider, no onnxruntime)
+raises `ModelInputError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -114,7 +113,9 @@ GRACE_SECONDS = 5.0
 
 
 def environment() -> tuple[Environment, Any]:
-    """Probe Python, torch and onnxruntime once; return the facts and the onnxruntime module.
+    """Probe Python, torch (its GPU build, devices and warnings) and onnxruntime once.
+
+    Returns the facts and the onnxruntime module.
 
     Raises:
         ModelInputError: onnxruntime is not installed or cannot be imported.
@@ -123,18 +124,22 @@ def environment() -> tuple[Environment, Any]:
 
     with captured_output() as on_import:
         ort = import_onnxruntime()
-    gpu_build, device_count, torch_messages = torch_cuda_facts()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        device_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cuda: str | None = torch.version.cuda
+    hip: str | None = getattr(torch.version, "hip", None)
     return (
         Environment(
             onnx_device_guard_version=__version__,
             python=f"{platform.python_version()} on {platform.system()} {platform.machine()}",
             torch_version=str(torch.__version__),
-            torch_gpu_build=gpu_build,
+            torch_gpu_build=f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else None,
             torch_cuda_device_count=device_count,
             onnxruntime_version=str(getattr(ort, "__version__", "unknown")),
             installed_distributions=onnxruntime_distributions(),
             available_providers=tuple(ort.get_available_providers()),
-            torch_messages=torch_messages,
+            torch_messages=tuple(one_line(warning.message, 500) for warning in caught),
             import_messages=on_import.messages(),
         ),
         ort,
@@ -271,17 +276,6 @@ def _provides_module(dist: metadata.Distribution, name: str) -> bool:
     if top_level is not None:
         return "onnxruntime" in top_level.split()
     return not name.removeprefix("onnxruntime-").startswith(_ADD_ONS)
-
-
-def torch_cuda_facts() -> tuple[str | None, int, tuple[str, ...]]:
-    """Return torch's GPU build (`"CUDA 12.4"` or `None`), CUDA device count and warnings."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    cuda: str | None = torch.version.cuda
-    hip: str | None = getattr(torch.version, "hip", None)
-    build = f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else None
-    return build, count, tuple(one_line(warning.message, 500) for warning in caught)
 
 
 def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
@@ -495,24 +489,16 @@ class _Run:
             tensors = make_tensors(specs, self.device)
         except Exception as error:
             return "device", f"creating the inputs on {self.device} raised {_describe(error)}"
+        run = self.run_bound if self.device.type == "cuda" else self.run_numpy
         try:
-            if self.device.type == "cuda":
-                self.run_bound(specs, tensors)
-            else:
-                self.run_numpy(specs, tensors)
+            run(specs, tensors)
+            return None
         except Exception as error:
-            return self.blame(specs, tensors, error)
-        return None
-
-    def blame(
-        self, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor], error: Exception
-    ) -> tuple[str, str]:
-        """Whose fault a failed run is: the device's, or the inputs'."""
-        said = f"raised {_describe(error)}"
-        if self.device.type != "cuda":
-            return "input", said
-        if _DEVICE_ERROR.search(one_line(error, 100_000)):
-            return "device", said
+            said = f"raised {_describe(error)}"
+            if self.device.type != "cuda":
+                return "input", said
+            if _DEVICE_ERROR.search(one_line(error, 100_000)):
+                return "device", said
         try:  # the same inputs from host memory: does the model itself refuse them?
             self.run_numpy(specs, tensors)
         except Exception:
