@@ -90,10 +90,9 @@ class ModelBytes:
 def read_model_file(path: Path) -> ModelBytes:
     """Read `path` once and return its content; raise `ModelInputError` unless it is a model.
 
-    The file is opened once, without blocking, and what was opened is
-    checked with `fstat`: a FIFO, a socket or a device is refused, even one
-    swapped in for the file after an earlier look, and what onnxruntime gets
-    are the bytes checked here.
+    The file is opened once, without blocking, and what was opened is checked
+    with `fstat`: a FIFO, socket or device is refused, even one swapped in
+    after an earlier look, and onnxruntime gets the bytes checked here.
     """
     _stat(path)  # the clearest message for a missing or unreachable path
     shown = display_path(path)
@@ -136,10 +135,9 @@ def is_directory(path: Path) -> bool:
 def expand(paths: Sequence[Path]) -> list[Path | ModelError]:
     """The model files behind `paths`: files as given, folders searched for `*.onnx`.
 
-    A folder is searched recursively and its files are sorted; a folder that
-    holds no model, or that cannot be listed, becomes a `ModelError`, as
-    does a path that cannot be read at all. Files are checked later, one by
-    one, so one broken model does not stop the others.
+    A folder is searched recursively, its files sorted; a folder without a
+    model, or that cannot be listed, becomes a `ModelError`. Files are checked
+    later, one by one, so one broken model does not stop the others.
     """
     found: list[Path | ModelError] = []
     for path in paths:

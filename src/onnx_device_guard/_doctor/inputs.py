@@ -57,8 +57,7 @@ DEFAULT_VALUES: tuple[tuple[str, str, Number], ...] = (
 )
 """The value an input is filled with: the first row whose kind and name (any case) match.
 
-Speech models take a sample rate of 16000; a count or a length rejects 0;
-attention masks are ones; everything else is zeros.
+Speech models take a sample rate of 16000; a count or a length rejects 0.
 """
 
 

@@ -113,12 +113,9 @@ GRACE_SECONDS = 5.0
 
 
 def environment() -> tuple[Environment, Any]:
-    """Probe Python, torch (its GPU build, devices and warnings) and onnxruntime once.
+    """Probe Python, torch and onnxruntime once; return the facts and the onnxruntime module.
 
-    Returns the facts and the onnxruntime module.
-
-    Raises:
-        ModelInputError: onnxruntime is not installed or cannot be imported.
+    Raises `ModelInputError` if onnxruntime is not installed or cannot be imported.
     """
     from .. import __version__
 
@@ -321,10 +318,9 @@ def create_session(
 ) -> tuple[Any, Captured]:
     """Create the session as a program would, keeping what onnxruntime says meanwhile.
 
-    The model is handed over as the bytes read and checked once, with its
-    folder, so that external data is found beside the file. Returns the
-    session and what onnxruntime said while creating it (warnings, the banner
-    of a retry with its fallback providers, its native log). Raises
+    The model goes as the bytes read and checked once, with its folder, where
+    its external data is found. Returns the session and what onnxruntime said
+    meanwhile (warnings, a retry's banner, its native log); raises
     `ModelInputError` if no session can be created at all.
     """
     arguments = [(name, dict(options)) if options else name for name, options in providers]
