@@ -100,20 +100,18 @@ def captured_output() -> Iterator[Captured]:
     """
     captured = Captured()
     printed = io.StringIO()
-    native: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with contextlib.redirect_stdout(printed), _native_stderr(native):
+            with contextlib.redirect_stdout(printed), _native_stderr(captured):
                 yield captured
         finally:
             captured.stdout = printed.getvalue()
-            captured.stderr = "".join(native)
             captured.warnings = [one_line(warning.message, 2000) for warning in caught]
 
 
 @contextlib.contextmanager
-def _native_stderr(sink: list[str]) -> Iterator[None]:
+def _native_stderr(captured: Captured) -> Iterator[None]:
     try:
         if sys.stderr is not None:
             sys.stderr.flush()
@@ -132,4 +130,4 @@ def _native_stderr(sink: list[str]) -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             temporary.seek(0)
-            sink.append(temporary.read().decode(errors="replace"))
+            captured.stderr = temporary.read().decode(errors="replace")
