@@ -65,20 +65,9 @@ class Captured:
 def clean_messages(messages: Iterable[str], *, known: Iterable[str] = ()) -> tuple[list[str], int]:
     """Keep each message about providers, devices or a failure once; count the others.
 
-    Messages already said elsewhere in the report (`known`, such as the
-    inference's own error) are dropped as duplicates and not counted.
-
-    Returns:
-        The messages kept, in order, and how many were left out as unrelated.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.capture import clean_messages
-        >>> clean_messages([
-        ...     "Specified provider 'CUDAExecutionProvider' is not in available provider names.",
-        ...     "Specified provider 'CUDAExecutionProvider' is not in available provider names.",
-        ...     "[W:onnxruntime:, graph.cc:1 f] Removing initializer 'w'. It is not used.",
-        ... ])
-        (["Specified provider 'CUDAExecutionProvider' is not in available provider names."], 1)
+    Returns the messages kept, in order, and how many were left out as
+    unrelated; those said elsewhere in the report (`known`, such as the
+    inference's own error) are dropped and not counted.
     """
     known_keys = [_key(text) for text in known]
     said = set(known_keys)
@@ -111,20 +100,18 @@ def captured_output() -> Iterator[Captured]:
     """
     captured = Captured()
     printed = io.StringIO()
-    native: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with contextlib.redirect_stdout(printed), _native_stderr(native):
+            with contextlib.redirect_stdout(printed), _native_stderr(captured):
                 yield captured
         finally:
             captured.stdout = printed.getvalue()
-            captured.stderr = "".join(native)
             captured.warnings = [one_line(warning.message, 2000) for warning in caught]
 
 
 @contextlib.contextmanager
-def _native_stderr(sink: list[str]) -> Iterator[None]:
+def _native_stderr(captured: Captured) -> Iterator[None]:
     try:
         if sys.stderr is not None:
             sys.stderr.flush()
@@ -143,4 +130,4 @@ def _native_stderr(sink: list[str]) -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             temporary.seek(0)
-            sink.append(temporary.read().decode(errors="replace"))
+            captured.stderr = temporary.read().decode(errors="replace")

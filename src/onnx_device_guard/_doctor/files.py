@@ -10,6 +10,7 @@ Folders are walked without recursion, so no depth is too deep.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,6 +24,9 @@ MODEL_SUFFIX = ".onnx"
 """What a file in a folder must end with (any case) to be checked as a model."""
 
 _PATH_SHOWN = 160
+
+# Opening a FIFO does not wait for a writer; opening a terminal does not make it ours.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 
 
 def display_path(path: Path | str) -> str:
@@ -86,50 +90,38 @@ class ModelBytes:
 def read_model_file(path: Path) -> ModelBytes:
     """Read `path` once and return its content; raise `ModelInputError` unless it is a model.
 
-    The file is opened once, without blocking, and what was opened is
-    checked with `fstat`: a FIFO, a socket or a device is refused, even one
-    swapped in for the file after an earlier look, and what onnxruntime gets
-    are the bytes checked here.
+    The file is opened once, without blocking, and what was opened is checked
+    with `fstat`: a FIFO, socket or device is refused, even one swapped in
+    after an earlier look, and onnxruntime gets the bytes checked here.
     """
     _stat(path)  # the clearest message for a missing or unreachable path
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    shown = display_path(path)
     try:
-        descriptor = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+        descriptor = os.open(path, _OPEN_FLAGS)
     except OSError as error:
         raise ModelInputError(file_problem(path, error)) from None
-    chunks: list[bytes] = []
     try:
-        _refuse_non_model(path, os.fstat(descriptor))
-        while chunk := os.read(descriptor, 1 << 24):
-            chunks.append(chunk)
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise ModelInputError(f"'{shown}' is a directory, not an ONNX model file")
+        if not stat.S_ISREG(mode):
+            raise ModelInputError(
+                f"'{shown}' is not a regular file (a FIFO, socket or device); "
+                "give the path of an ONNX model file"
+            )
+        content = b"".join(iter(functools.partial(os.read, descriptor, 1 << 24), b""))
     except OSError as error:
         raise ModelInputError(file_problem(path, error)) from None
     finally:
         os.close(descriptor)
-    content = b"".join(chunks)
     if not content:
-        raise ModelInputError(f"model file '{display_path(path)}' is empty, not an ONNX model")
-    return ModelBytes(content, _utf8_folder(path))
-
-
-def _refuse_non_model(path: Path, mode: os.stat_result) -> None:
-    shown = display_path(path)
-    if stat.S_ISDIR(mode.st_mode):
-        raise ModelInputError(f"'{shown}' is a directory, not an ONNX model file")
-    if not stat.S_ISREG(mode.st_mode):
-        raise ModelInputError(
-            f"'{shown}' is not a regular file (a FIFO, socket or device); "
-            "give the path of an ONNX model file"
-        )
-
-
-def _utf8_folder(path: Path) -> str | None:
+        raise ModelInputError(f"model file '{shown}' is empty, not an ONNX model")
     folder = os.path.dirname(os.path.abspath(path))
     try:
         folder.encode("utf-8")
     except UnicodeEncodeError:
-        return None
-    return folder
+        return ModelBytes(content, None)
+    return ModelBytes(content, folder)
 
 
 def is_directory(path: Path) -> bool:
@@ -143,63 +135,40 @@ def is_directory(path: Path) -> bool:
 def expand(paths: Sequence[Path]) -> list[Path | ModelError]:
     """The model files behind `paths`: files as given, folders searched for `*.onnx`.
 
-    A folder is searched recursively and its files are sorted; a folder that
-    holds no model, or that cannot be listed, becomes a `ModelError`, as
-    does a path that cannot be read at all. Files are checked later, one by
-    one, so one broken model does not stop the others.
+    A folder is searched recursively, its files sorted; a folder without a
+    model, or that cannot be listed, becomes a `ModelError`. Files are checked
+    later, one by one, so one broken model does not stop the others.
     """
     found: list[Path | ModelError] = []
     for path in paths:
         if not is_directory(path):
             found.append(path)
             continue
-        models: list[Path | ModelError] = list(_walk(path))
-        if not models:
-            found.append(
-                ModelError(
-                    display_path(path),
-                    f"'{display_path(path)}' is a directory with no {MODEL_SUFFIX} file in it",
-                )
-            )
-        found.extend(models)
+        shown = display_path(path)
+        empty = ModelError(shown, f"'{shown}' is a directory with no {MODEL_SUFFIX} file in it")
+        found.extend(list(_walk(path)) or [empty])
     return found
 
 
 def _walk(top: Path) -> Iterator[Path | ModelError]:
     """The model files under `top`, depth first and sorted by name, without recursion.
 
-    A stack of listings still being read replaces recursion, so a tree of
-    any depth is walked; symbolic links to folders are not followed (no loops).
+    What is still to be looked at waits on a stack, so a tree of any depth is
+    walked; symbolic links to folders are not followed (no loops).
     """
-    first = _listing(top)
-    if isinstance(first, ModelError):
-        yield first
-        return
-    stack = [iter(first)]
-    while stack:
-        entry = next(stack[-1], None)
-        if entry is None:
-            stack.pop()
-        elif _is_folder(entry):
-            listing = _listing(Path(entry.path))
-            if isinstance(listing, ModelError):
-                yield listing
-            else:
-                stack.append(iter(listing))
-        elif entry.name.lower().endswith(MODEL_SUFFIX):
-            yield Path(entry.path)
-
-
-def _listing(folder: Path) -> list[os.DirEntry[str]] | ModelError:
-    try:
-        with os.scandir(folder) as listing:
-            return sorted(listing, key=lambda entry: entry.name)
-    except OSError as error:
-        return ModelError(display_path(folder), file_problem(folder, error))
-
-
-def _is_folder(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
+    pending: list[Path | os.DirEntry[str]] = [top]
+    while pending:
+        entry = pending.pop()
+        try:
+            is_folder = isinstance(entry, Path) or entry.is_dir(follow_symlinks=False)
+        except OSError:
+            is_folder = False
+        if not is_folder:
+            if entry.name.lower().endswith(MODEL_SUFFIX):
+                yield Path(entry)
+            continue
+        try:
+            with os.scandir(entry) as listing:
+                pending.extend(sorted(listing, key=lambda item: item.name, reverse=True))
+        except OSError as error:
+            yield ModelError(display_path(Path(entry)), file_problem(Path(entry), error))

@@ -1,18 +1,15 @@
 """Test inputs for a model the doctor knows nothing about: shapes, values and limits.
 
-A model declares its inputs with a type and a shape whose dimensions are
-numbers, names (`batch`, `height`) or unknown. The doctor fills the dynamic
-dimensions with a few sizes in turn (1 first, then larger ones, since a
-reflect `Pad` or a pooling layer needs more than one pixel), keeps
-batch-like dimensions at 1 where it can, and gives each input a value real
-models accept: zeros, ones for masks, 16000 for a sample rate, 1 for other
-integer scalars. The user can pin any of this with `--input` and `--dim`.
-
-Nothing here runs a model; `probe` does, attempt by attempt.
+Dynamic dimensions get a few sizes in turn (1 first, then larger ones, since
+a reflect `Pad` or a pooling layer needs more than one pixel), batch-like ones
+stay at 1 where they can, and each input gets a value real models accept (see
+the tables below). `--input` and `--dim` pin any of this. Nothing here runs a
+model; `probe` does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,21 +29,11 @@ DEFAULT_MAX_INPUT_MIB = 256
 SEARCH_SECONDS = 20.0
 """No larger attempt starts once the search has run this long."""
 
-SAMPLE_RATE = 16000
-"""The value given to an integer scalar named like a sample rate; speech models accept it."""
-
 _TORCH_DTYPES: Mapping[str, torch.dtype] = {
-    "tensor(float)": torch.float32,
-    "tensor(double)": torch.float64,
-    "tensor(float16)": torch.float16,
-    "tensor(bfloat16)": torch.bfloat16,
-    "tensor(int8)": torch.int8,
-    "tensor(int16)": torch.int16,
-    "tensor(int32)": torch.int32,
-    "tensor(int64)": torch.int64,
-    "tensor(uint8)": torch.uint8,
-    "tensor(bool)": torch.bool,
+    f"tensor({name})": getattr(torch, name)
+    for name in "float double float16 bfloat16 int8 int16 int32 int64 uint8 bool".split()  # noqa: SIM905
 }
+"""onnxruntime's input types that torch can build, named as torch names them too."""
 
 Number = int | float | bool
 
@@ -63,26 +50,19 @@ no more than an unnamed dimension.
 
 DEFAULT_VALUES: tuple[tuple[str, str, Number], ...] = (
     ("bool", r".*", False),
-    ("integer scalar", r"sr|fs|rate|.*sampl\w*_?rate.*", SAMPLE_RATE),
+    ("integer scalar", r"sr|fs|rate|.*sampl\w*_?rate.*", 16000),
     ("integer scalar", r".*", 1),
     ("any", r".*mask.*", 1),
     ("any", r".*", 0),
 )
 """The value an input is filled with: the first row whose kind and name (any case) match.
 
-Speech models take a sample rate of 16000; a count or a length rejects 0;
-attention masks are ones; everything else is zeros.
+Speech models take a sample rate of 16000; a count or a length rejects 0.
 """
 
 
 def has_role(dim: str, role: str) -> bool:
-    """Whether the dimension named `dim` has `role` in `DIMENSION_ROLES`.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.inputs import has_role
-        >>> has_role("batch_size", "batch"), has_role("unk__214", "generated")
-        (True, True)
-    """
+    """Whether the dimension named `dim` has `role` in `DIMENSION_ROLES`."""
     return re.fullmatch(DIMENSION_ROLES[role], dim, re.IGNORECASE) is not None
 
 
@@ -92,11 +72,7 @@ class UnbuildableInputError(Exception):
 
 @dataclass(frozen=True)
 class ModelInput:
-    """One input as the session declares it: name, element type and dimensions.
-
-    A dimension is a number (static), a name (a named dynamic dimension), or
-    `None` (dynamic and unnamed).
-    """
+    """One input as the session declares it; a dimension is a number, a name or `None`."""
 
     name: str
     dims: tuple[int | str | None, ...]
@@ -109,25 +85,8 @@ class ModelInput:
 
     @property
     def one_integer(self) -> bool:
-        """Whether the input holds one integer (rank 0, or every dimension fixed at 1).
-
-        Such an input (a count, a length, a rate) may decide by its value, not
-        only its shape, whether the model runs.
-        """
+        """Whether the input holds one integer (a count, a rate), whose value may matter."""
         return not self.dtype.is_floating_point and all(dim == 1 for dim in self.dims)
-
-    def takes(self, shape: tuple[int, ...]) -> bool:
-        """Whether `shape` has the input's rank and its fixed dimensions."""
-        pairs = zip(shape, self.dims, strict=False)
-        return len(shape) == len(self.dims) and all(
-            not isinstance(dim, int) or dim == size for size, dim in pairs
-        )
-
-    def shape_text(self) -> str:
-        """The declared shape as `1x3x?x?` (`[]` for a scalar)."""
-        if not self.dims:
-            return "[]"
-        return "x".join(str(dim) if isinstance(dim, int) else "?" for dim in self.dims)
 
 
 @dataclass(frozen=True)
@@ -152,8 +111,7 @@ class InputSpec:
     @property
     def nbytes(self) -> int:
         """How many bytes the tensor takes."""
-        itemsize = torch.empty(0, dtype=self.dtype).element_size()
-        return math.prod(self.shape) * itemsize
+        return math.prod(self.shape) * torch.empty(0, dtype=self.dtype).element_size()
 
     def __str__(self) -> str:
         dims = ",".join(map(str, self.shape))
@@ -185,30 +143,14 @@ def parse_input_option(text: str) -> InputOverride:
     SHAPE is dimensions joined by `x` (`1x3x224x224`), `[]` for a scalar, or
     empty for the model's own shape; VALUE fills the tensor (a number, `true`
     or `false`).
-
-    Examples:
-        >>> from onnx_device_guard._doctor.inputs import parse_input_option
-        >>> parse_input_option("x=1x3x224x224")
-        InputOverride(name='x', shape=(1, 3, 224, 224), value=None, text='x=1x3x224x224')
-        >>> parse_input_option("sr=:16000").value
-        16000
-        >>> parse_input_option("x=1x-3")
-        Traceback (most recent call last):
-        onnx_device_guard.ModelInputError: --input 'x=1x-3': ...
     """
     name, equals, rest = text.partition("=")
-    name = name.strip()
     usage = "use NAME=SHAPE[:VALUE], as in x=1x3x224x224 or sr=:16000"
-    if not equals or not name:
+    if not equals or not name.strip():
         raise ModelInputError(f"--input {text!r}: {usage}")
-    shape_text, colon, value_text = rest.partition(":")
-    shape_text = shape_text.strip()
-    shape: tuple[int, ...] | None
-    if shape_text == "":
-        shape = None
-    elif shape_text == "[]":
-        shape = ()
-    else:
+    shape_text, colon, value_text = (part.strip() for part in rest.partition(":"))
+    shape: tuple[int, ...] | None = None if shape_text == "" else ()
+    if shape_text not in ("", "[]"):
         try:
             shape = tuple(int(part) for part in re.split(r"[x,]", shape_text))
         except ValueError:
@@ -218,39 +160,28 @@ def parse_input_option(text: str) -> InputOverride:
                 f"--input {text!r}: the shape must be whole numbers of 0 or more joined by "
                 f"'x' (or [] for a scalar); {usage}"
             )
-    value = _parse_value(value_text.strip(), text) if colon else None
+    value = _parse_value(value_text, text) if colon else None
     if shape is None and value is None:
         raise ModelInputError(f"--input {text!r} gives neither a shape nor a value; {usage}")
-    return InputOverride(name, shape, value, text)
+    return InputOverride(name.strip(), shape, value, text)
 
 
 def _parse_value(text: str, option: str) -> Number:
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    try:
+    """A number, `true` or `false`; raise `ModelInputError` for anything else."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    with contextlib.suppress(ValueError):
         return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise ModelInputError(
-            f"--input {option!r}: the value {text!r} is not a finite number, true or false"
-        )
-    return value
+    with contextlib.suppress(ValueError):
+        if math.isfinite(value := float(text)):
+            return value
+    raise ModelInputError(
+        f"--input {option!r}: the value {text!r} is not a finite number, true or false"
+    )
 
 
 def parse_dim_option(text: str) -> tuple[str, int]:
-    """Return `--dim`'s `NAME=N`, or raise `ModelInputError`.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.inputs import parse_dim_option
-        >>> parse_dim_option("height=64")
-        ('height', 64)
-    """
+    """Return `--dim`'s `NAME=N`, or raise `ModelInputError`."""
     name, equals, size = text.partition("=")
     try:
         number = int(size)
@@ -265,18 +196,7 @@ def parse_dim_option(text: str) -> tuple[str, int]:
 
 
 def default_value(model_input: ModelInput) -> Number:
-    """The value the doctor fills an input with when the user gives none.
-
-    Examples:
-        >>> import torch
-        >>> from onnx_device_guard._doctor.inputs import ModelInput, default_value
-        >>> default_value(ModelInput("sr", (), torch.int64))
-        16000
-        >>> default_value(ModelInput("attention_mask", (None, None), torch.int64))
-        1
-        >>> default_value(ModelInput("x", (1, None), torch.float32))
-        0
-    """
+    """The value the doctor fills an input with when the user gives none."""
     kind = "integer scalar" if model_input.one_integer else "tensor"
     kind = "bool" if model_input.dtype == torch.bool else kind
     for row_kind, pattern, value in DEFAULT_VALUES:
@@ -286,35 +206,35 @@ def default_value(model_input: ModelInput) -> Number:
 
 
 def check_overrides(
-    inputs: Sequence[ModelInput],
-    overrides: Mapping[str, InputOverride],
-    label: str,
+    inputs: Sequence[ModelInput], overrides: Mapping[str, InputOverride], label: str
 ) -> None:
     """Raise `ModelInputError` if an `--input` does not fit the model input it names."""
     by_name = {model_input.name: model_input for model_input in inputs}
     for name, override in overrides.items():
-        model_input = by_name.get(name)
-        if model_input is None:
+        if name not in by_name:
             continue  # another model's input; the CLI reports names no model has
-        if override.shape is not None and not model_input.takes(override.shape):
+        dtype, value = by_name[name].dtype, override.value
+        declared = [dim if isinstance(dim, int) else None for dim in by_name[name].dims]
+        if override.shape is not None and (
+            len(override.shape) != len(declared)
+            or any(
+                dim not in (None, size) for size, dim in zip(override.shape, declared, strict=True)
+            )
+        ):
+            shown = "x".join("?" if dim is None else str(dim) for dim in declared) or "[]"
             raise ModelInputError(
                 f"--input {override.text!r} does not fit '{label}': its input {name!r} has "
-                f"shape {model_input.shape_text()} (? is dynamic)"
+                f"shape {shown} (? is dynamic)"
             )
-        value = override.value
-        if isinstance(value, float) and not (
-            model_input.dtype.is_floating_point or value.is_integer()
-        ):
+        if isinstance(value, float) and not (dtype.is_floating_point or value.is_integer()):
             raise ModelInputError(
                 f"--input {override.text!r}: input {name!r} of '{label}' holds "
-                f"{str(model_input.dtype).removeprefix('torch.')}, not {value}"
+                f"{str(dtype).removeprefix('torch.')}, not {value}"
             )
 
 
 def attempts(
-    inputs: Sequence[ModelInput],
-    overrides: Mapping[str, InputOverride],
-    dims: Mapping[str, int],
+    inputs: Sequence[ModelInput], overrides: Mapping[str, InputOverride], dims: Mapping[str, int]
 ) -> Iterator[tuple[InputSpec, ...]]:
     """Yield the input sets to try, in order, each different from the ones before.
 
@@ -351,6 +271,7 @@ def _spec(
     size: int,
     keep_batch: bool,
 ) -> InputSpec:
+    """One input of one attempt: the override's shape and value, else the search's."""
     value = default_value(model_input)
     if override is not None and override.value is not None:
         value = override.value
@@ -370,21 +291,15 @@ def _spec(
 
 
 def named_by_a_person(dim: str) -> bool:
-    """Whether a dimension's name means something (`height`), not one an exporter made up.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.inputs import named_by_a_person
-        >>> named_by_a_person("height"), named_by_a_person("unk__214")
-        (True, False)
-    """
+    """Whether a dimension's name means something (`height`), not one an exporter made up."""
     return not has_role(dim, "generated")
 
 
 def _batch_like(dim: str | None, axis: int, rank: int) -> bool:
-    if isinstance(dim, str) and has_role(dim, "batch"):
+    """Named like a batch, or the unnamed first dimension of an input of rank 3 or more."""
+    if dim is not None and has_role(dim, "batch"):
         return True
-    unnamed = dim is None or has_role(dim, "generated")
-    return unnamed and axis == 0 and rank >= 3
+    return (dim is None or has_role(dim, "generated")) and axis == 0 and rank >= 3
 
 
 def make_tensors(specs: Sequence[InputSpec], device: torch.device) -> list[torch.Tensor]:
@@ -393,20 +308,11 @@ def make_tensors(specs: Sequence[InputSpec], device: torch.device) -> list[torch
 
 
 def mentioned_inputs(message: str, inputs: Sequence[ModelInput]) -> tuple[str, ...]:
-    """The inputs an onnxruntime error names (`input: x`, `'x'`), in declaration order.
-
-    Examples:
-        >>> import torch
-        >>> from onnx_device_guard._doctor.inputs import ModelInput, mentioned_inputs
-        >>> inputs = [ModelInput("x", (None,), torch.float32), ModelInput("sr", (), torch.int64)]
-        >>> mentioned_inputs("Got invalid dimensions for input: sr for the following", inputs)
-        ('sr',)
-    """
+    """The inputs an onnxruntime error names (`input: x`, `'x'`), in declaration order."""
     found = []
     for model_input in inputs:
         name = re.escape(model_input.name)
-        pattern = rf"(?:input:?\s*'?{name}'?(?![\w.])|'{name}'|\"{name}\")"
-        if re.search(pattern, message, re.IGNORECASE):
+        if re.search(rf"input:?\s*'?{name}'?(?![\w.])|'{name}'|\"{name}\"", message, re.I):
             found.append(model_input.name)
     return tuple(found)
 

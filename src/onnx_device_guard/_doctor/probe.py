@@ -1,12 +1,10 @@
 """Probing the live machine for `doctor`: torch, onnxruntime, each model's session and run.
 
-`environment` collects the facts about the machine once; `check_model`
-creates one model's session, aligns the device through the core, runs the
-test inference (searching for inputs that fit) and returns a `Facts`
-record. onnxruntime is imported here, inside the functions, never when
-`onnx_device_guard` itself is imported. Bad input (a model file that is not
-there, an unknown provider, no onnxruntime) raises `ModelInputError` with a
-one-line message.
+`environment` collects the machine's facts once; `check_model` creates one
+model's session, aligns the device through the core and runs the test
+inference. onnxruntime is imported inside the functions, never with the
+package. Bad input (a missing model, an unknown provider, no onnxruntime)
+raises `ModelInputError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -74,13 +72,8 @@ _ALIASES: Mapping[str, str] = {
     "rocm": "ROCMExecutionProvider",
 }
 
-# Add-ons that share the "onnxruntime" prefix but not the onnxruntime module.
-_ADD_ON_PREFIXES = (
-    "onnxruntime-extensions",
-    "onnxruntime-genai",
-    "onnxruntime-tools",
-    "onnxruntime-ep-",
-)
+# Add-ons named "onnxruntime-*" that do not hold the onnxruntime module.
+_ADD_ONS = ("extensions", "genai", "tools", "ep-")
 
 # Words in an inference error that put the blame on the device rather than the inputs.
 _DEVICE_ERROR = re.compile(
@@ -122,25 +115,28 @@ GRACE_SECONDS = 5.0
 def environment() -> tuple[Environment, Any]:
     """Probe Python, torch and onnxruntime once; return the facts and the onnxruntime module.
 
-    Raises:
-        ModelInputError: onnxruntime is not installed or cannot be imported.
+    Raises `ModelInputError` if onnxruntime is not installed or cannot be imported.
     """
     from .. import __version__
 
     with captured_output() as on_import:
         ort = import_onnxruntime()
-    gpu_build, device_count, torch_messages = torch_cuda_facts()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        device_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cuda: str | None = torch.version.cuda
+    hip: str | None = getattr(torch.version, "hip", None)
     return (
         Environment(
             onnx_device_guard_version=__version__,
             python=f"{platform.python_version()} on {platform.system()} {platform.machine()}",
             torch_version=str(torch.__version__),
-            torch_gpu_build=gpu_build,
+            torch_gpu_build=f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else None,
             torch_cuda_device_count=device_count,
             onnxruntime_version=str(getattr(ort, "__version__", "unknown")),
             installed_distributions=onnxruntime_distributions(),
             available_providers=tuple(ort.get_available_providers()),
-            torch_messages=torch_messages,
+            torch_messages=tuple(one_line(warning.message, 500) for warning in caught),
             import_messages=on_import.messages(),
         ),
         ort,
@@ -148,20 +144,13 @@ def environment() -> tuple[Environment, Any]:
 
 
 def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) -> Facts:
-    """Create `model`'s session, align the device with it and run the test inference.
+    """Create `model`'s session (`None`: the tiny model), align the device, run the inference.
 
-    Args:
-        check: The machine, device, providers and inference options.
-        model: The ONNX model file; `None` uses the packaged tiny model.
-        wait: Called with the seconds spent while the inference runs (progress).
-
-    Raises:
-        ModelInputError: The model file is missing, unreadable or not an
-            ONNX model.
+    `wait` is called with the seconds spent while the inference runs. Raises
+    `ModelInputError` if the model file is missing, unreadable or not an ONNX model.
     """
     started = time.perf_counter()
-    label = TINY_MODEL if model is None else display_path(model)
-    session, on_creation = create_session(check.ort, load_model(model), label, check.providers)
+    label, session, on_creation = _open(check.ort, model, check.providers)
     aligned, mismatch = align(session, check.device, check.fallback)
     with captured_output() as on_run:
         inference = run_with_deadline(session, aligned, check.options, wait)
@@ -191,24 +180,23 @@ def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) 
 
 
 def model_inputs(ort: Any, model: Path | None) -> tuple[ModelInput, ...] | None:
-    """The inputs `model` declares, read from a CPU session; `None` when they cannot be read.
-
-    Raises:
-        ModelInputError: The model file is missing, unreadable or not an ONNX model.
-    """
-    label = TINY_MODEL if model is None else display_path(model)
-    session, _ = create_session(ort, load_model(model), label, [("CPUExecutionProvider", {})])
+    """The inputs `model` declares, read from a CPU session; `None` when they cannot be read."""
+    _, session, _ = _open(ort, model, [("CPUExecutionProvider", {})])
     try:
         return declared_inputs(session)
     except Exception:  # the inference says why
         return None
 
 
-def load_model(model: Path | None) -> ModelBytes:
-    """The model's content: the packaged tiny model for `None`, else the file read once."""
+def _open(
+    ort: Any, model: Path | None, providers: Sequence[ProviderSpec]
+) -> tuple[str, Any, Captured]:
+    """The model's label, its session and what onnxruntime said creating it (`None`: tiny)."""
     if model is None:
-        return ModelBytes((files("onnx_device_guard") / "data" / "tiny.onnx").read_bytes(), None)
-    return read_model_file(model)
+        tiny = (files("onnx_device_guard") / "data" / "tiny.onnx").read_bytes()
+        return TINY_MODEL, *create_session(ort, ModelBytes(tiny, None), TINY_MODEL, providers)
+    label = display_path(model)
+    return label, *create_session(ort, read_model_file(model), label, providers)
 
 
 def align(
@@ -217,26 +205,12 @@ def align(
     """Align `device` with `session` through the library's core, in `"fallback"` mode.
 
     A fallback goes to `fallback` (the library's `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`).
-
     Returns the aligned device and, when it differs from `device`, the core's
     explanation of the mismatch. Nothing is logged: the report says it all.
-
-    Examples:
-        >>> import torch
-        >>> from onnx_device_guard._doctor.probe import align
-        >>> class CPUSession:
-        ...     def get_providers(self):
-        ...         return ["CPUExecutionProvider"]
-        >>> aligned, mismatch = align(CPUSession(), torch.device("cuda:0"))
-        >>> aligned, mismatch.session_device
-        (device(type='cpu'), None)
     """
     with device_policy(warn=False):
         aligned = align_device_with_onnx_session(session, device, "fallback", fallback)
     return aligned, (find_mismatch(session, device) if aligned != device else None)
-
-
-# The environment.
 
 
 def import_onnxruntime() -> Any:
@@ -247,26 +221,21 @@ def import_onnxruntime() -> Any:
     """
     try:
         import onnxruntime
-    except ModuleNotFoundError as error:
-        if error.name != "onnxruntime":
+    except ImportError as error:
+        if not isinstance(error, ModuleNotFoundError) or error.name != "onnxruntime":
             raise ModelInputError(
-                f"onnxruntime is installed but cannot be imported: {one_line(error, 500)}."
+                f"onnxruntime is installed but cannot be imported: {one_line(error, 500)}"
             ) from None
         owners = [dist for dist in onnxruntime_distributions() if dist.provides_module]
         if owners:
-            listed = ", ".join(map(str, owners))
-            names = " ".join(dist.name for dist in owners)
             raise ModelInputError(
-                f"the onnxruntime module cannot be imported although pip lists {listed}; "
-                f"reinstall it: pip install --force-reinstall {names}"
+                f"the onnxruntime module cannot be imported although pip lists "
+                f"{', '.join(map(str, owners))}; reinstall it: pip install --force-reinstall "
+                + " ".join(dist.name for dist in owners)
             ) from None
         raise ModelInputError(
             "onnxruntime is not installed; install exactly one onnxruntime package: "
             "pip install onnxruntime (CPU) or pip install onnxruntime-gpu (CUDA)"
-        ) from None
-    except ImportError as error:
-        raise ModelInputError(
-            f"onnxruntime is installed but cannot be imported: {one_line(error, 500)}"
         ) from None
     except Exception as error:  # a broken build can raise anything while loading its library
         raise ModelInputError(
@@ -297,27 +266,13 @@ def onnxruntime_distributions(
 
 
 def _provides_module(dist: metadata.Distribution, name: str) -> bool:
-    paths = dist.files
-    if paths:
+    """Whether `dist` installs the onnxruntime module: its RECORD, top_level.txt, or name."""
+    if paths := dist.files:
         return any(tuple(path.parts) == ("onnxruntime", "__init__.py") for path in paths)
     top_level = dist.read_text("top_level.txt")
     if top_level is not None:
         return "onnxruntime" in top_level.split()
-    return not name.startswith(_ADD_ON_PREFIXES)
-
-
-def torch_cuda_facts() -> tuple[str | None, int, tuple[str, ...]]:
-    """Return torch's GPU build (`"CUDA 12.4"` or `None`), CUDA device count and warnings."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    cuda: str | None = torch.version.cuda
-    hip: str | None = getattr(torch.version, "hip", None)
-    build = f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else None
-    return build, count, tuple(one_line(warning.message, 500) for warning in caught)
-
-
-# The providers.
+    return not name.removeprefix("onnxruntime-").startswith(_ADD_ONS)
 
 
 def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
@@ -326,27 +281,14 @@ def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
     `known` is `onnxruntime.get_all_providers()`; the GPU-capable providers
     count as known too, since not every build lists them. The message suggests
     the closest known name.
-
-    Examples:
-        >>> from onnx_device_guard import ModelInputError
-        >>> from onnx_device_guard._doctor.probe import check_provider_names
-        >>> try:
-        ...     check_provider_names(["CUDAExecutonProvider"], ["CUDAExecutionProvider"])
-        ... except ModelInputError as error:
-        ...     print(error.message)
-        unknown execution provider 'CUDAExecutonProvider'; did you mean 'CUDAExecutionProvider'?
     """
     every = sorted({*known, *GPU_CAPABLE_EXECUTION_PROVIDERS})
     for name in names:
-        if name in every:
-            continue
-        suggestion = suggest_provider(name, every)
-        hint = (
-            f"did you mean {suggestion!r}?"
-            if suggestion
-            else f"onnxruntime knows {', '.join(every)}"
-        )
-        raise ModelInputError(f"unknown execution provider {name!r}; {hint}")
+        if name not in every:
+            hint = f"onnxruntime knows {', '.join(every)}"
+            if suggestion := suggest_provider(name, every):
+                hint = f"did you mean {suggestion!r}?"
+            raise ModelInputError(f"unknown execution provider {name!r}; {hint}")
 
 
 def suggest_provider(name: str, known: Iterable[str]) -> str | None:
@@ -354,34 +296,17 @@ def suggest_provider(name: str, known: Iterable[str]) -> str | None:
 
     Case, the `ExecutionProvider` suffix and a few common short names
     (`cuda`, `gpu`, `trt`, `directml`) are forgiven before spelling.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.probe import suggest_provider
-        >>> known = ["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"]
-        >>> suggest_provider("CUDAExecutonProvider", known)
-        'CUDAExecutionProvider'
-        >>> suggest_provider("cuda", known)
-        'CUDAExecutionProvider'
-        >>> suggest_provider("TensorRTExecutionProvider", known)
-        'TensorrtExecutionProvider'
-        >>> suggest_provider("banana", known) is None
-        True
     """
     by_key = {provider.lower(): provider for provider in known}
+    forgiven = {
+        **{alias: real for alias, real in _ALIASES.items() if real.lower() in by_key},
+        **{key.removesuffix("executionprovider"): real for key, real in by_key.items()},
+        **by_key,
+    }
     key = name.strip().lower()
-    if key in by_key:
-        return by_key[key]
-    short = {provider.removesuffix("executionprovider"): real for provider, real in by_key.items()}
-    bare = key.removesuffix("executionprovider")
-    if bare in short:
-        return short[bare]
-    if bare in _ALIASES and _ALIASES[bare].lower() in by_key:
-        return _ALIASES[bare]
     close = difflib.get_close_matches(key, by_key, n=1, cutoff=0.75)
-    return by_key[close[0]] if close else None
-
-
-# The session.
+    found = forgiven.get(key) or forgiven.get(key.removesuffix("executionprovider"))
+    return found or (by_key[close[0]] if close else None)
 
 
 EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
@@ -393,12 +318,9 @@ def create_session(
 ) -> tuple[Any, Captured]:
     """Create the session as a program would, keeping what onnxruntime says meanwhile.
 
-    The model is handed over as the bytes read and checked once; its folder
-    goes with it, so that external data is found beside the file.
-
-    Returns the session and what onnxruntime said while creating it: its
-    warnings, what it printed (the banner of a retry with its fallback
-    providers) and what its native log wrote to stderr. Raises
+    The model goes as the bytes read and checked once, with its folder, where
+    its external data is found. Returns the session and what onnxruntime said
+    meanwhile (warnings, a retry's banner, its native log); raises
     `ModelInputError` if no session can be created at all.
     """
     arguments = [(name, dict(options)) if options else name for name, options in providers]
@@ -433,12 +355,9 @@ def session_error(label: str, error: BaseException, model: ModelBytes | None = N
         "onnxruntime cannot create a session for 'm.onnx': Unsupported model IR version: 99, ..."
     """
     text = one_line(error, 100_000)
-    reason = _CPP_NOISE.sub("", text, count=1) if "failed:" in text else text
-    reason = one_line(tidy_error(reason), 600)
-    if (
-        type(error).__name__ == "InvalidProtobuf"
-        or "INVALID_PROTOBUF" in text
-        or "No graph was found" in text
+    reason = one_line(tidy_error(_CPP_NOISE.sub("", text, count=1)), 600)
+    if type(error).__name__ == "InvalidProtobuf" or re.search(
+        "INVALID_PROTOBUF|No graph was found", text
     ):
         return f"'{label}' is not an ONNX model: onnxruntime cannot parse it ({reason})"
     external = "external data" in text.lower() or "model_path must not be empty" in text
@@ -450,13 +369,8 @@ def session_error(label: str, error: BaseException, model: ModelBytes | None = N
     return f"onnxruntime cannot create a session for '{label}': {reason}"
 
 
-# The inference.
-
-
 WaitHook = Callable[[float], None]
 """Called, about ten times a second, with the seconds a running inference has taken."""
-
-NOT_RUN = "not run (--no-inference)"
 
 
 def run_with_deadline(
@@ -464,14 +378,13 @@ def run_with_deadline(
 ) -> InferenceCheck:
     """`run_inference` bounded by `options.timeout` seconds, stopped by Ctrl-C too.
 
-    The inference runs in a worker thread while this one waits in short
-    joins, so a `KeyboardInterrupt` is heard at once. Ctrl-C and the deadline
-    both set `RunOptions.terminate`, which onnxruntime checks between operators
-    (inside a `Loop` too), and no new attempt starts; Ctrl-C is raised again,
-    and at the deadline the inference is inconclusive.
+    It runs in a worker thread while this one waits in short joins, so Ctrl-C
+    is heard at once. Both set `RunOptions.terminate`, which onnxruntime checks
+    between operators (inside a `Loop` too); Ctrl-C is raised again, and a run
+    past the deadline is inconclusive.
     """
     if not options.run:
-        return InferenceCheck("skipped", NOT_RUN)
+        return InferenceCheck("skipped", "not run (--no-inference)")
     import onnxruntime
 
     run_options = onnxruntime.RunOptions()
@@ -512,20 +425,13 @@ def run_inference(
 ) -> InferenceCheck:
     """Run the session on `device` with inputs that fit, searching if need be; never raise.
 
-    Each attempt fills the inputs (see `inputs.attempts`) on `device`; a CUDA
-    device goes through IO binding, so that the session reads the tensors
-    where torch put them, as a model would; any other device through
-    `session.run` with the inputs copied to NumPy. The first attempt that
-    completes makes the check `ok`. A failure on the device (creating the
-    tensors, binding them, or a run that completes from NumPy arrays but not
-    from torch's tensors) makes it `failed`; a failure in the model's own
-    operators with every input set tried makes it `inconclusive`. Inputs
-    that cannot be read or built skip the run: nothing is the device's fault.
-    `run_options.terminate` (set by `run_with_deadline`) ends the search early.
+    On CUDA the session reads torch's tensors in place (IO binding), as a model
+    would; elsewhere `session.run` gets NumPy copies. The first attempt that
+    completes is `ok`; a failure on the device (making or binding the tensors,
+    or a run that completes from NumPy arrays only) is `failed`; the model's
+    own operators refusing every input set is `inconclusive`; inputs that
+    cannot be read or built skip the run. `run_options.terminate` stops the search.
     """
-    options = options or InferenceOptions()
-    if not options.run:
-        return InferenceCheck("skipped", NOT_RUN)
     try:
         inputs = declared_inputs(session)
     except UnbuildableInputError as error:
@@ -535,175 +441,147 @@ def run_inference(
             "skipped",
             f"the model's inputs cannot be read: session.get_inputs() raised {_describe(error)}",
         )
-    return _search(_Run(session, device, run_options), inputs, options)
+    return _Run(session, device, run_options).search(inputs, options or InferenceOptions())
 
 
 @dataclass(frozen=True)
 class _Run:
-    """Where and how each attempt runs."""
+    """Where and how each attempt runs: the session, the device and onnxruntime's `RunOptions`."""
 
     session: Any
     device: torch.device
     options: Any
-    """onnxruntime's `RunOptions`, or `None`."""
 
+    @property
+    def how(self) -> str:
+        """The call that runs the session: IO binding on CUDA, `run` elsewhere."""
+        return "run_with_iobinding" if self.device.type == "cuda" else "InferenceSession.run"
 
-def _search(run: _Run, inputs: Sequence[ModelInput], options: InferenceOptions) -> InferenceCheck:
-    started = time.monotonic()
-    budget = min(SEARCH_SECONDS, options.timeout)
-    tried: list[tuple[InputSpec, ...]] = []
-    last_error = ""
-    for specs in attempts(inputs, options.overrides, options.dims):
-        size = sum(spec.nbytes for spec in specs)
-        if size > options.max_bytes and not tried:
-            return _too_large(specs, size, options.max_bytes, inputs)
-        stopped = run.options is not None and run.options.terminate
-        if size > options.max_bytes or stopped or (tried and time.monotonic() - started > budget):
-            break  # larger sizes only get larger
-        tried.append(specs)
-        failure = _attempt(run, specs)
-        shown = f"{_how(run)} on {run.device} with {_shown(specs)}"
-        if failure is None:
-            return InferenceCheck("ok", shown, attempts=len(tried))
-        kind, what = failure
-        if kind == "device":
-            return InferenceCheck("failed", f"{shown}: {what}", attempts=len(tried))
-        last_error = what
-    return _inconclusive(run, tried, last_error, inputs)
+    def search(self, inputs: Sequence[ModelInput], options: InferenceOptions) -> InferenceCheck:
+        """Try the input sets in turn, within the size cap and the search's time."""
+        started = time.monotonic()
+        tried: list[tuple[InputSpec, ...]] = []
+        last_error = ""
+        for specs in attempts(inputs, options.overrides, options.dims):
+            size = sum(spec.nbytes for spec in specs)
+            if size > options.max_bytes and not tried:
+                return _too_large(specs, size, options.max_bytes)
+            late = bool(tried) and time.monotonic() - started > min(SEARCH_SECONDS, options.timeout)
+            if size > options.max_bytes or late or getattr(self.options, "terminate", False):
+                break  # larger sizes only get larger
+            tried.append(specs)
+            failure = self.attempt(specs)
+            shown = f"{self.how} on {self.device} with {_shown(specs)}"
+            if failure is None:
+                return InferenceCheck("ok", shown, attempts=len(tried))
+            if failure[0] == "device":
+                return InferenceCheck("failed", f"{shown}: {failure[1]}", attempts=len(tried))
+            last_error = failure[1]
+        return self.inconclusive(tried, last_error, inputs)
 
-
-def _attempt(run: _Run, specs: Sequence[InputSpec]) -> tuple[str, str] | None:
-    """Run once; return None, or ("device" | "input", what went wrong)."""
-    try:
-        tensors = make_tensors(specs, run.device)
-    except Exception as error:
-        return "device", f"creating the inputs on {run.device} raised {_describe(error)}"
-    try:
-        if run.device.type == "cuda":
-            run_bound(run.session, specs, tensors, cuda_index(run.device), run.options)
-        else:
-            _run_numpy(run, specs, tensors)
-    except Exception as error:
-        return _blame(run, specs, tensors, error)
-    return None
-
-
-def _blame(
-    run: _Run, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor], error: Exception
-) -> tuple[str, str]:
-    """Whose fault a failed run is: the device's, or the inputs'."""
-    said = f"raised {_describe(error)}"
-    if run.device.type != "cuda":
-        return "input", said
-    if _DEVICE_ERROR.search(one_line(error, 100_000)):
-        return "device", said
-    try:  # the same inputs from host memory: does the model itself refuse them?
-        _run_numpy(run, specs, tensors)
-    except Exception:
-        return "input", said
-    return "device", (
-        f"{said}; the same inputs as NumPy arrays through InferenceSession.run completed, so "
-        f"the session cannot read torch's tensors on {run.device}"
-    )
-
-
-def _run_numpy(run: _Run, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
-    feeds = {spec.name: tensor.cpu().numpy() for spec, tensor in zip(specs, tensors, strict=True)}
-    run.session.run(None, feeds, run.options)
-
-
-def _too_large(
-    specs: Sequence[InputSpec], size: int, limit: int, inputs: Sequence[ModelInput]
-) -> InferenceCheck:
-    needed = math.ceil(size / MIB)
-    largest = max(specs, key=lambda spec: spec.nbytes)
-    return InferenceCheck(
-        "inconclusive",
-        (
-            f"inputs too large: the smallest inputs the model takes ({_shown(specs)}) need "
-            f"{_mib(size)}, over the {_mib(limit)} limit; nothing was allocated"
-        ),
-        culprits=(largest.name,) if largest.name in {i.name for i in inputs} else (),
-        suggestion=("--max-input-mib", str(needed)),
-    )
-
-
-def _inconclusive(
-    run: _Run, tried: Sequence[tuple[InputSpec, ...]], error: str, inputs: Sequence[ModelInput]
-) -> InferenceCheck:
-    culprits = mentioned_inputs(error, inputs) or tuple(
-        model_input.name for model_input in inputs if model_input.dynamic or model_input.one_integer
-    )
-    if len(tried) == 1:
-        what = f"the inputs {_shown(tried[0])}"
-    else:
-        what = (
-            f"each of the {len(tried)} input sets tried, from {_shown(tried[0])} "
-            f"to {_shown(tried[-1])}"
+    def attempt(self, specs: Sequence[InputSpec]) -> tuple[str, str] | None:
+        """Run once; return None, or ("device" | "input", what went wrong)."""
+        try:
+            tensors = make_tensors(specs, self.device)
+        except Exception as error:
+            return "device", f"creating the inputs on {self.device} raised {_describe(error)}"
+        run = self.run_bound if self.device.type == "cuda" else self.run_numpy
+        try:
+            run(specs, tensors)
+            return None
+        except Exception as error:
+            said = f"raised {_describe(error)}"
+            if self.device.type != "cuda":
+                return "input", said
+            if _DEVICE_ERROR.search(one_line(error, 100_000)):
+                return "device", said
+        try:  # the same inputs from host memory: does the model itself refuse them?
+            self.run_numpy(specs, tensors)
+        except Exception:
+            return "input", said
+        return "device", (
+            f"{said}; the same inputs as NumPy arrays through InferenceSession.run completed, "
+            f"so the session cannot read torch's tensors on {self.device}"
         )
+
+    def run_bound(self, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
+        """Bind `tensors` in place as the session's inputs, outputs on the same GPU, and run."""
+        binding = self.session.io_binding()
+        device_id = cuda_index(self.device)
+        for spec, tensor in zip(specs, tensors, strict=True):
+            binding.bind_input(
+                name=spec.name,
+                device_type="cuda",
+                device_id=device_id,
+                element_type=torch.empty(0, dtype=spec.dtype).numpy().dtype.type,
+                shape=tuple(tensor.shape),
+                buffer_ptr=tensor.data_ptr(),
+            )
+        for output in self.session.get_outputs():
+            binding.bind_output(output.name, device_type="cuda", device_id=device_id)
+        if any(tensor.is_cuda for tensor in tensors):
+            # onnxruntime runs on its own stream: the inputs must be written first.
+            torch.cuda.synchronize(torch.device("cuda", device_id))
+        self.session.run_with_iobinding(binding, self.options)
+        binding.copy_outputs_to_cpu()  # returns once the outputs really exist
+
+    def run_numpy(self, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
+        """Run the session from host copies of `tensors`."""
+        feeds = {
+            spec.name: tensor.cpu().numpy() for spec, tensor in zip(specs, tensors, strict=True)
+        }
+        self.session.run(None, feeds, self.options)
+
+    def inconclusive(
+        self, tried: Sequence[tuple[InputSpec, ...]], error: str, inputs: Sequence[ModelInput]
+    ) -> InferenceCheck:
+        """Every input set tried was refused by the model's own operators."""
+        culprits = mentioned_inputs(error, inputs) or tuple(
+            model_input.name
+            for model_input in inputs
+            if model_input.dynamic or model_input.one_integer
+        )
+        what = f"the inputs {_shown(tried[0])}"
+        if len(tried) > 1:
+            what = (
+                f"each of the {len(tried)} input sets tried, from {_shown(tried[0])} "
+                f"to {_shown(tried[-1])}"
+            )
+        named = [model_input for model_input in inputs if model_input.name in culprits]
+        dims = [
+            f"--dim {dim}=N"
+            for model_input in named
+            for dim in dict.fromkeys(model_input.dims)
+            if isinstance(dim, str) and named_by_a_person(dim)
+        ]
+        return InferenceCheck(
+            "inconclusive",
+            f"the model's own operators refused {what} ({self.how} on {self.device}); "
+            f"the last {error}",
+            culprits=culprits,
+            suggestion=("--no-inference",),
+            attempts=len(tried),
+            hints=(*map(hint_for, named), *dims),
+        )
+
+
+def _too_large(specs: Sequence[InputSpec], size: int, limit: int) -> InferenceCheck:
+    """The smallest inputs are over the cap: nothing is allocated."""
     return InferenceCheck(
         "inconclusive",
-        f"the model's own operators refused {what} ({_how(run)} on {run.device}); the last {error}",
-        culprits=culprits,
-        suggestion=("--no-inference",),
-        attempts=len(tried),
-        hints=_hints(culprits, inputs),
+        f"inputs too large: the smallest inputs the model takes ({_shown(specs)}) need "
+        f"{_mib(size)}, over the {_mib(limit)} limit; nothing was allocated",
+        culprits=(max(specs, key=lambda spec: spec.nbytes).name,),
+        suggestion=("--max-input-mib", str(math.ceil(size / MIB))),
     )
-
-
-def _hints(culprits: Sequence[str], inputs: Sequence[ModelInput]) -> tuple[str, ...]:
-    by_name = {model_input.name: model_input for model_input in inputs}
-    hints = [hint_for(by_name[name]) for name in culprits if name in by_name]
-    hints += [
-        f"--dim {dim}=N"
-        for name in culprits
-        for dim in dict.fromkeys(by_name[name].dims if name in by_name else ())
-        if isinstance(dim, str) and named_by_a_person(dim)
-    ]
-    return tuple(hints)
-
-
-SHOWN_INPUTS = 8
-"""How many inputs a report names before it says how many more there are."""
 
 
 def _shown(specs: Sequence[InputSpec]) -> str:
-    return listed([str(spec) for spec in specs], SHOWN_INPUTS) or "no inputs"
+    return listed([str(spec) for spec in specs], 8) or "no inputs"
 
 
 def _mib(size: int) -> str:
-    return f"{size / MIB:,.1f} MiB" if size < 100 * MIB else f"{size / MIB:,.0f} MiB"
-
-
-def run_bound(
-    session: Any,
-    specs: Sequence[InputSpec],
-    tensors: Sequence[torch.Tensor],
-    device_id: int,
-    run_options: Any = None,
-) -> None:
-    """Bind `tensors` in place as the session's inputs, outputs on the same GPU, and run."""
-    binding = session.io_binding()
-    for spec, tensor in zip(specs, tensors, strict=True):
-        binding.bind_input(
-            name=spec.name,
-            device_type="cuda",
-            device_id=device_id,
-            element_type=torch.empty(0, dtype=spec.dtype).numpy().dtype.type,
-            shape=tuple(tensor.shape),
-            buffer_ptr=tensor.data_ptr(),
-        )
-    for output in session.get_outputs():
-        binding.bind_output(output.name, device_type="cuda", device_id=device_id)
-    if any(tensor.is_cuda for tensor in tensors):
-        # onnxruntime runs on its own stream: the inputs must be written first.
-        torch.cuda.synchronize(torch.device("cuda", device_id))
-    session.run_with_iobinding(binding, run_options)
-    binding.copy_outputs_to_cpu()  # returns once the outputs really exist
-
-
-def _how(run: _Run) -> str:
-    return "run_with_iobinding" if run.device.type == "cuda" else "InferenceSession.run"
+    return f"{size / MIB:,.{1 if size < 100 * MIB else 0}f} MiB"
 
 
 def _describe(error: BaseException) -> str:
