@@ -48,6 +48,14 @@ REALWORLD_PACKAGES = [
     "opencv-python==5.0.0.93",
 ]
 
+# ultralytics, whose AutoBackend forwards `device` and `session` through
+# `__getattr__`, needs torchvision. PyPI's torchvision imports only beside the
+# torch build it was made for, so this package gets a virtualenv of its own,
+# with the torch and torchvision pair that lies on local disk for Python 3.11
+# (a CUDA build of torch, about 6 GB installed; it runs on the CPU here).
+ULTRALYTICS_TORCH = ["torch==2.14.1", "torchvision==0.29.1"]
+ULTRALYTICS_PACKAGES = ["ultralytics==8.4.190"]
+
 # Colleagues' tests of guarded factories in real Ray and Dask workers.
 DISTRIBUTED_PACKAGES = ["ray==2.60.0", "dask==2026.8.0", "distributed==2026.8.0"]
 
@@ -95,6 +103,7 @@ nox.options.sessions = [
     "docs",
     "distributed",
     "realworld",
+    "realworld_ultralytics",
 ]
 
 # The tool sessions that need torch share this one virtualenv instead of
@@ -207,7 +216,34 @@ def realworld(session: nox.Session) -> None:
     built by the tests from a small config.
     """
     pytest = shared_torch_env(session, "test", packages=tuple(REALWORLD_PACKAGES)) / "pytest"
-    session.run(pytest, "realworld", "-p", "no:cacheprovider", *session.posargs, external=True)
+    session.run(
+        pytest,
+        "realworld",
+        f"--ignore={ULTRALYTICS_TESTS}",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        external=True,
+    )
+
+
+ULTRALYTICS_TESTS = "realworld/test_ultralytics.py"
+
+
+@nox.session(python=TOOLS_PYTHON)
+def realworld_ultralytics(session: nox.Session) -> None:
+    """Guard ultralytics' AutoBackend, which forwards `device` and `session` from its backend."""
+    session.install(*ULTRALYTICS_TORCH)  # first and alone: the pair must match
+    session.install(
+        *ULTRALYTICS_TORCH,
+        "-e",
+        ".",
+        *nox.project.dependency_groups(PYPROJECT, "test"),
+        *ULTRALYTICS_PACKAGES,
+    )
+    session.env["YOLO_CONFIG_DIR"] = session.create_tmp()  # its settings file, not in $HOME
+    session.env["YOLO_OFFLINE"] = "true"
+    session.run("pytest", ULTRALYTICS_TESTS, "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session(venv_backend="none")

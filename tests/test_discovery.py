@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,9 +16,10 @@ from onnx_device_guard import (
     DeviceGuardError,
     EnvironmentConfigurationError,
     ModelInputError,
+    _discovery,
     device_guard,
 )
-from onnx_device_guard._discovery import MAX_ITEMS, MAX_VALUES, discover_sessions
+from onnx_device_guard._discovery import MAX_ITEMS, MAX_VALUES, discover_sessions, find_sessions
 
 from .guarded_models import RunnableSession, runnable_cpu_session, runnable_cuda_session
 from .logs import recorded_logs
@@ -514,3 +517,75 @@ class TestPlainRecords:
 
         found, _ = discover_sessions(Pipeline())
         assert len(found) == 12
+
+
+class TestRememberedLayout:
+    """A class's next model is read where its sessions were found, unless it is built otherwise."""
+
+    @pytest.fixture
+    def full_searches(self, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+        """The models that discovery searched in full."""
+        searched: list[object] = []
+
+        def counted(model: object) -> tuple[list[tuple[str, object]], tuple[str, ...]]:
+            searched.append(model)
+            return discover_sessions(model)
+
+        monkeypatch.setattr(_discovery, "discover_sessions", counted)
+        monkeypatch.setattr(_discovery, "_LAYOUTS", weakref.WeakKeyDictionary())  # none yet
+        return searched
+
+    def test_a_model_built_alike_is_read_at_the_remembered_paths(
+        self, full_searches: list[object]
+    ) -> None:
+        first = OCR(runnable_cpu_session(), runnable_cpu_session(), runnable_cpu_session())
+        second = OCR(runnable_cpu_session(), runnable_cpu_session(), runnable_cuda_session(0))
+        find_sessions(first, None, None)
+        found, _ = find_sessions(second, None, None)
+        assert full_searches == [first]
+        assert [session for _, session in found] == [
+            second.text_det.infer.session,
+            second.text_cls.infer.session,
+            second.text_rec.infer.session,
+        ]
+
+    def test_the_guard_judges_the_new_model_not_the_remembered_one(self) -> None:
+        @device_guard(resolution_mode="fail", device="cuda")
+        def load(session: Any) -> Magika:
+            return Magika(session)
+
+        load(runnable_cuda_session(0))
+        with pytest.raises(EnvironmentConfigurationError, match="'_onnx_session'"):
+            load(runnable_cpu_session())
+
+    def test_a_model_with_other_attributes_is_searched_in_full(
+        self, full_searches: list[object]
+    ) -> None:
+        """An attribute added, or one of another type or size, may hold more sessions."""
+        find_sessions(Magika(runnable_cpu_session()), None, None)
+        extra = Magika(runnable_cpu_session())
+        extra.config = {"threshold": 0.5, "labels": ["txt"], "fallback": runnable_cpu_session()}
+        found, _ = find_sessions(extra, None, None)
+        assert full_searches[-1] is extra
+        assert [path for path, _ in found] == ["_onnx_session", "config['fallback']"]
+
+    def test_a_remembered_path_without_a_session_means_a_full_search(
+        self, full_searches: list[object]
+    ) -> None:
+        find_sessions(Stage(runnable_cpu_session()), None, None)
+        moved = Stage(None)
+        moved.infer.runner = runnable_cpu_session()  # type: ignore[attr-defined]
+        found, _ = find_sessions(moved, None, None)
+        assert full_searches[-1] is moved
+        assert [path for path, _ in found] == ["infer.runner"]
+
+    def test_what_is_remembered_does_not_keep_a_class_alive(self) -> None:
+        class Local:
+            def __init__(self) -> None:
+                self.engine = runnable_cpu_session()
+
+        find_sessions(Local(), None, None)
+        reference = weakref.ref(Local)
+        del Local
+        gc.collect()
+        assert reference() is None

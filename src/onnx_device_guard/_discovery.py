@@ -10,10 +10,17 @@ Discovery, for models that keep their sessions under other names, walks the
 model's instance attributes (the instance `__dict__` and `__slots__`, read
 through the type's own descriptors) and the items of lists, tuples and
 dicts, without calling a property, a method or a container's own methods.
+
+A loader returns models of one class built the same way each time, so
+discovery remembers, per class, where it found the sessions. The next model
+of that class whose own attributes have the same names, types and container
+sizes is read at those paths alone; any other model, or one whose
+remembered paths no longer hold sessions, is searched in full.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import inspect
 import itertools
@@ -21,6 +28,7 @@ import logging
 import pathlib
 import re
 import types
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -132,8 +140,8 @@ def find_sessions(
                 return [(where(model, name, value)[0], value)], (name,)
             else:  # a package's own wrapper, say: discovery looks inside it
                 tried.append(f"{name} (a {type(value).__name__}, not a session)")
-        found, searched = discover_sessions(model)
-        if found:
+        found, searched = _remembered_sessions(model) or discover_sessions(model)
+        if found and logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "%s: found onnxruntime sessions at %s.",
                 describe(model, factory),
@@ -274,17 +282,20 @@ def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[st
     under the first path it was found at), and the attribute paths searched.
     """
     search = _Search(model)
-    level: list[tuple[object, str]] = [(model, "")]
+    level: list[tuple[object, str, _Steps]] = [(model, "", ())]
     for depth in range(1, MAX_DEPTH + 1):
-        below: list[tuple[object, str]] = []
-        for owner, owner_path in level:
+        below: list[tuple[object, str, _Steps]] = []
+        for owner, owner_path, owner_steps in level:
             prefix = f"{owner_path}." if owner_path else ""
             for name, value in _instance_attributes(owner):
-                search.attribute(prefix + name, value, below if depth < MAX_DEPTH else None)
+                steps = (*owner_steps, (False, name))
+                search.attribute(prefix + name, steps, value, below if depth < MAX_DEPTH else None)
                 if search.budget < 0:
-                    return search.found, tuple(search.searched)
+                    return search.result()
         level = below
-    return search.found, tuple(search.searched)
+    found, searched = search.result()
+    _remember(model, search.steps)
+    return found, searched
 
 
 class _Search:
@@ -292,11 +303,21 @@ class _Search:
 
     def __init__(self, model: object) -> None:
         self.found: list[tuple[str, object]] = []
+        self.steps: list[tuple[str, _Steps]] = []
         self.searched: list[str] = []
         self.seen = {id(model)}
         self.budget = MAX_VALUES
 
-    def attribute(self, path: str, value: object, below: list[tuple[object, str]] | None) -> None:
+    def result(self) -> tuple[list[tuple[str, object]], tuple[str, ...]]:
+        return self.found, tuple(self.searched)
+
+    def attribute(
+        self,
+        path: str,
+        steps: _Steps,
+        value: object,
+        below: list[tuple[object, str, _Steps]] | None,
+    ) -> None:
         """Look at one attribute's value: a session, an object for `below`, or containers.
 
         Item paths are written out only for what is kept: a session, or an
@@ -321,12 +342,78 @@ class _Search:
             if id(item) in self.seen or isinstance(item, _LEAVES):
                 continue
             self.seen.add(id(item))
+            item_steps = (*steps, *((True, key) for key in keys))
             if is_session(item):
                 self.found.append((_item_path(path, keys), item))
+                self.steps.append((_item_path(path, keys), item_steps))
             elif keys and _skipped_as_record(item, records):
                 continue
             elif below is not None:
-                below.append((item, _item_path(path, keys)))
+                below.append((item, _item_path(path, keys), item_steps))
+
+
+# --- remembered layouts ------------------------------------------------------
+
+_Steps = tuple[tuple[bool, object], ...]
+"""A path as steps: `(False, name)` reads an instance attribute, `(True, key)` an item."""
+
+_Shape = tuple[tuple[str, type, int], ...]
+
+_LAYOUTS: weakref.WeakKeyDictionary[type, tuple[_Shape, tuple[tuple[str, _Steps], ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per class, the shape of the last model searched in full, and where its sessions were."""
+
+
+def _shape(model: object) -> _Shape:
+    """The names, types and container sizes of `model`'s own attributes."""
+    return tuple(
+        (name, type(value), len(value) if isinstance(value, _CONTAINERS) else -1)
+        for name, value in _instance_attributes(model)
+    )
+
+
+def _remember(model: object, steps: list[tuple[str, _Steps]]) -> None:
+    """Remember where `model`'s sessions were found, when their paths can be followed again."""
+    if steps and all(isinstance(key, str | int) for _, path in steps for _, key in path):
+        with contextlib.suppress(TypeError):  # a class that takes no weak reference
+            _LAYOUTS[type(model)] = (_shape(model), tuple(steps))
+
+
+def _remembered_sessions(
+    model: object,
+) -> tuple[list[tuple[str, object]], tuple[str, ...]] | None:
+    """The sessions at the paths remembered for `model`'s class, or `None` to search in full."""
+    try:
+        shape, layout = _LAYOUTS[type(model)]
+    except (KeyError, TypeError):
+        return None
+    if _shape(model) != shape:
+        return None
+    found = []
+    for path, steps in layout:
+        value = _at(model, steps)
+        if not is_session(value):
+            return None
+        found.append((path, value))
+    return found, tuple(path for path, _ in layout)
+
+
+def _at(model: object, steps: _Steps) -> object:
+    """The value that `steps` lead to below `model`, or `MISSING`."""
+    value = model
+    for is_item, key in steps:
+        if not is_item:
+            value = _instance_attribute(value, key)
+        elif isinstance(value, dict):
+            value = dict.get(value, key, MISSING)
+        elif isinstance(value, list | tuple) and isinstance(key, int) and key < len(value):
+            value = value[key]
+        else:
+            return MISSING
+        if value is MISSING:
+            return MISSING
+    return value
 
 
 RECORDS_LOOKED_AT = 8
@@ -405,6 +492,21 @@ def _instance_attributes(owner: object) -> list[tuple[str, object]]:
         return values
     except Exception:  # an odd object: search the rest of the model
         return []
+
+
+def _instance_attribute(owner: object, name: object) -> object:
+    """`owner`'s instance attribute `name` (in its `__dict__` or a slot), or `MISSING`."""
+    try:
+        cls = type(owner)
+        dict_descriptor, slots = _layout(cls)
+        namespace = None if dict_descriptor is None else dict_descriptor.__get__(owner, cls)
+        if isinstance(namespace, dict) and name in namespace:
+            return dict.__getitem__(namespace, name)
+        return next(
+            (descriptor.__get__(owner, cls) for slot, descriptor in slots if slot == name), MISSING
+        )
+    except Exception:  # an odd object, or a slot never set
+        return MISSING
 
 
 def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
