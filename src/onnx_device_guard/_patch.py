@@ -1,40 +1,28 @@
 """`patch`: guard a third-party factory where it is defined, without editing its package.
 
-A target names a module and an attribute path in it: a function, a class, or
-a method of a class. A function is replaced by a guarded wrapt wrapper in its
-module (`wrapt.wrap_object`) and in every loaded module that holds the same
-function object under any name (the copies `from x import f` makes, which
-wrapt does not look for); a method is wrapped on its class, so subclasses and
-aliases of the class see it; a class is guarded in place (see `_classes`). A
-target whose module is not imported yet is patched by a wrapt post-import
-hook when it is. `undo()` puts everything back with `wrapt.unwrap_object`.
+A target names a module and an attribute path in it: a function, a class or
+a method. A function is replaced by a guarded wrapt wrapper (`wrapt.wrap_object`)
+in its module and in every loaded module that holds the same object under any
+name (the copies `from x import f` makes, which wrapt does not look for); a
+method is wrapped on its class, so subclasses and aliases see it; a class is
+guarded in place (`_classes`). A module not imported yet is patched by a wrapt
+post-import hook when it is. `undo()` puts everything back (`wrapt.unwrap_object`).
+Builtins and other C functions are refused: one object is shared by every
+module that imports it, so replacing "every reference" would reach far.
 
-Builtins and other functions written in C are refused: they have no module
-of their own (`math.sqrt` is the same object in every module that imported
-it), so replacing "every reference" would change code far from the loader.
+A module executed again while patched (`importlib.reload`, or an import after
+its `sys.modules` entry was deleted) is patched again: `_ReloadFinder`, first
+on `sys.meta_path`, wraps the loader of a patched module, and only of one, so
+that after `exec_module` its patches apply to what the module now holds. A
+patch that no longer applies (the target is gone) raises `ModelInputError` out
+of that import, and its handles report `active` as false.
 
-A module executed again while patches are in place (`importlib.reload`, or
-an import after its entry was deleted from `sys.modules`) gets its patches
-applied again. `_ReloadFinder`, first on `sys.meta_path` from the first
-patch on, does it: for a module with a patch in place, and only for one, it
-wraps the loader that the other finders return, and after that loader's
-`exec_module` applies the module's patches to what the module now holds.
-Everything else it leaves to the next finder. A reload runs the new code in
-the module's old namespace, so a target the new code no longer defines is
-still there, guarded. A patch that can no longer be applied (a module
-imported anew without the target) raises `ModelInputError` out of that
-import, and its handles report `active` as false.
-
-Patching one target again while it is patched wraps nothing twice: it returns
-another handle on the same patch (a count of handles keeps it in place until
-the last one is undone), and raises when the options differ.
-
-A patched function or method pickles as its target and options: another
-process that unpickles it gets the target guarded with the same options
-(its own module is not changed), so a patched loader sent to a process pool,
-a Ray task or a Dask task never arrives unguarded. A patched class pickles by
-reference like any class, and arrives as the other process's own, unpatched
-class: patch there too (see the docs page on Ray, Dask and process pools).
+Patching a patched target again returns another handle on the same patch (it
+stays until the last handle is undone), and raises when the options differ.
+A patched function or method pickles as its target and options, so another
+process gets the target guarded with them (its module unchanged): a patched
+loader never arrives unguarded in a process pool, Ray or Dask. A patched class
+pickles by reference and arrives as the other process's own, unpatched class.
 """
 
 from __future__ import annotations
@@ -50,15 +38,16 @@ import sys
 import threading
 import types
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import wrapt
 
 from ._call_device import Call
-from ._classes import guard_class, guarded_options, is_guarded, unguard_class
+from ._classes import class_guard, guard_class, unguard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
-from ._messages import MISSING, short_repr
+from ._messages import short_repr
 from ._model_alignment import align_model
 from ._options import (
     DeviceMismatchResolutionMode,
@@ -73,8 +62,6 @@ _TARGET = re.compile(rf"(?P<module>{_DOTTED}):(?P<path>{_DOTTED})")
 _lock = threading.RLock()
 _installed: dict[str, _Installation] = {}
 """The patches in place (or waiting for their module), by target."""
-_owners: dict[int, _Installation] = {}
-"""The patches in place, by the id of what they put there (a wrapper or a guarded class)."""
 
 
 def patch(  # noqa: PLR0913 - one keyword per documented option
@@ -94,30 +81,26 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
 
     The loader is named by a string, `"package.module:function"`,
     `"package.module:Class"` or `"package.module:Class.method"` (a plain,
-    class or static method). A function is replaced by its guarded form in its
-    module and in every loaded module that holds it under any name, such as
-    the copies made by `from package.module import function`. A class is
+    class or static method). A function is replaced by its guarded form in
+    its module and in every loaded module that holds it under any name, such
+    as the copies `from package.module import function` makes. A class is
     guarded in place, as `device_guard(Class)` does: each instance is aligned
     once its outermost `__init__` returns. A method is replaced on its class,
     so subclasses and every name of the class see it.
 
-    When the module is not imported yet, the patch is made as soon as it is
-    imported, so one `patch(...)` line can sit at the top of an entry point.
-    If the target then turns out not to exist, the `ModelInputError` is
-    raised out of the `import` statement that loaded the module. A package
-    that is not installed at all is refused at once.
-
-    Patching a target that is already patched with the same options wraps
-    nothing twice: it returns a new handle on the same patch, which stays in
-    place until every handle is undone.
+    A module not imported yet is patched as it is imported, so one
+    `patch(...)` line can sit at the top of an entry point; a target missing
+    then raises `ModelInputError` out of the `import` that loaded the module.
+    A package that is not installed at all is refused at once. Patching a
+    patched target again with the same options returns another handle on the
+    same patch, which stays until every handle is undone. A module reloaded
+    or imported again while patched is patched again.
 
     A patched function or method sent to another process (pickle, a process
-    pool, Ray, Dask) arrives guarded with the same options. A patched class
+    pool, Ray, Dask) arrives guarded with the same options; a patched class
     arrives as that process's own class, unpatched: patch in each worker.
-
-    A module reloaded (`importlib.reload`) or imported again while it is
-    patched gets the patch again. Builtins and other functions written in C
-    are refused: they are shared by every module that imports them.
+    Builtins and other functions written in C are refused: they are shared by
+    every module that imports them.
 
     Args:
         target: `"module:attribute"`, where the attribute is a function, a
@@ -133,9 +116,9 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
             models the patch guarded.
 
     Returns:
-        A [`Patch`][onnx_device_guard.Patch] handle: its `undo()` method, or
-        the end of a `with` block over it, puts back every reference the
-        patch replaced, except those that were rebound to something else since.
+        A [`Patch`][onnx_device_guard.Patch] handle: its `undo()`, or the end
+        of a `with` block over it, puts back every reference the patch
+        replaced, except those rebound to something else since.
 
     Raises:
         ModelInputError: The target string is malformed; its package is not
@@ -188,17 +171,17 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
     _check_installed(target, match["module"])
     with _lock:
         installation = _installed.get(target) or _patched_under_another_name(match)
-        if installation is not None:
-            if installation.options != options:
-                raise ModelInputError(
-                    f"{target!r} is already patched with other options "
-                    f"({installation.options}); undo that patch before "
-                    f"patching it with {options}."
-                )
-        else:
+        if installation is None:
             installation = _Installation(target, match["module"], match["path"], options)
-            installation.start()
+            # Applied now if the module is loaded, else when it is imported.
+            wrapt.register_post_import_hook(installation.on_import, installation.module_name)
             _installed[target] = installation
+        elif installation.options != options:
+            raise ModelInputError(
+                f"{target!r} is already patched with other options "
+                f"({installation.options}); undo that patch before "
+                f"patching it with {options}."
+            )
         installation.handles += 1
         return Patch(installation, target)
 
@@ -225,10 +208,19 @@ def _patched_under_another_name(match: re.Match[str]) -> _Installation | None:
     if module is None:
         return None
     try:
-        value = wrapt.resolve_path(module, match["path"])[2]
+        return _patch_of(wrapt.resolve_path(module, match["path"])[2])
     except Exception:  # missing, or a lazy attribute that fails to load: apply() reports it
         return None
-    return _owners.get(id(value))
+
+
+def _patch_of(value: object) -> _Installation | None:
+    """The patch in place that put `value` there (a wrapper or a guarded class), if one did."""
+    if isinstance(value, PatchedFunction):
+        origin = value._self_origin
+    else:
+        guard = class_guard(value) if isinstance(value, type) else None
+        origin = None if guard is None else guard.origin
+    return origin if isinstance(origin, _Installation) and not origin.cancelled else None
 
 
 class Patch:
@@ -273,11 +265,10 @@ class Patch:
 
     @property
     def active(self) -> bool:
-        """Whether this handle has not been undone, and its patch is in place.
+        """Whether this handle is not undone and its patch is in place.
 
-        A module reloaded or imported again gets its patches again. A patch
-        is lost, and this false, when the module, executed again, no longer
-        holds the target: the import or reload raised `ModelInputError` then.
+        It turns false when the module, executed again, no longer holds the
+        target (that import or reload raised `ModelInputError`).
         """
         return not self._undone and not self._installation.lost
 
@@ -325,30 +316,26 @@ class Patch:
         return f"<onnx_device_guard patch {self.target!r} ({state})>"
 
 
+@dataclass(eq=False)
 class _Installation:
-    """One target's patch: what it replaced, where, and how to put it back."""
+    """One target's patch: what it replaced, where, and how to put it back.
 
-    def __init__(self, target: str, module: str, path: str, options: GuardOptions) -> None:
-        self.target = target
-        self.module_name = module
-        self.path = path
-        self.options = options
-        self.handles = 0
-        self.applied = False
-        self.cancelled = False
-        """Set by the last `undo()`; models watched for this patch stop following."""
-        self.lost = False
-        """Set when its module was executed again without the target (see `reapply`)."""
-        self.undo_steps: list[Callable[[], None]] = []
+    `cancelled` is set by the last `undo()` (models watched for it stop
+    following); `lost` when its module was executed again without the target.
+    """
 
-    def start(self) -> None:
-        module = sys.modules.get(self.module_name)
-        if module is not None:
-            self.apply(module)
-            return
-        wrapt.register_post_import_hook(self._on_import, self.module_name)
+    target: str
+    module_name: str
+    path: str
+    options: GuardOptions
+    handles: int = 0
+    applied: bool = False
+    cancelled: bool = False
+    lost: bool = False
+    undo_steps: list[Callable[[], None]] = field(default_factory=list)
 
-    def _on_import(self, module: types.ModuleType) -> None:
+    def on_import(self, module: types.ModuleType) -> None:
+        """Apply the patch to its module, loaded now, unless undone or applied already."""
         with _lock:
             if self.cancelled or self.applied:
                 return
@@ -361,18 +348,17 @@ class _Installation:
                 raise
 
     def stop(self) -> None:
+        """Put back what the patch replaced; the sessions of models it guarded stop following."""
         from ._follow import stop_following
 
         self.cancelled = True
         for step in reversed(self.undo_steps):
             step()
         self.undo_steps.clear()
-        stop_following(self)  # the sessions of models it guarded stop being followed
-        for key in [key for key, owner in _owners.items() if owner is self]:
-            del _owners[key]
+        stop_following(self)
 
     def reapply(self, module: types.ModuleType) -> None:
-        """Apply the patch to `module` executed again (a reload) while it is in place.
+        """Apply the patch to `module` executed again while it is in place.
 
         What the earlier application replaced stays replaced (other modules
         may still hold it), and `undo()` restores both.
@@ -386,6 +372,7 @@ class _Installation:
             raise
 
     def apply(self, module: types.ModuleType) -> None:
+        """Patch the target in `module`."""
         try:
             owner, name, original = wrapt.resolve_path(module, self.path)
         except wrapt.PathResolutionError as error:
@@ -393,66 +380,51 @@ class _Installation:
                 f"patch({self.target!r}): {error.__cause__ or error}. Check the target's "
                 "spelling and the version of the package that defines it."
             ) from None
-        if _owners.get(id(original)) is self or self._patched_already(original):
-            pass  # put there by this patch (a reloaded module that re-imports it) or another
+        other = _patch_of(original)
+        if other is not None:  # this patch's (a reload re-imported it) or another name's
+            if other.options != self.options:
+                raise ModelInputError(
+                    f"patch({self.target!r}): it is already patched as {other.target!r} with "
+                    f"other options ({other.options}); patch it with those, or undo that patch."
+                )
         elif not isinstance(original, type) and (why := _not_patchable(original)):
             raise ModelInputError(
                 f"patch({self.target!r}): {self.target} is {why}. patch() guards Python "
                 "functions, classes and methods; guard a Python function of yours that "
                 "calls it with device_guard instead."
             )
-        elif isinstance(owner, type) and "." in self.path:
-            self._patch_method(owner, name)
-        elif isinstance(original, type):
+        elif isinstance(original, type) and not isinstance(owner, type):
             self._patch_class(original)
         else:
-            self._patch_function(module, original)
+            self._wrap(owner, name, original)
         self.applied = True
 
-    def _patched_already(self, value: object) -> bool:
-        """Whether another patch (of this object under another name) put `value` there."""
-        other = _owners.get(id(value))
-        if other is None or other is self:
-            return False
-        if other.options != self.options:
-            raise ModelInputError(
-                f"patch({self.target!r}): it is already patched as {other.target!r} with "
-                f"other options ({other.options}); patch it with those, or undo that patch."
-            )
-        return True
-
     def _patch_class(self, cls: type) -> None:
-        existing = guarded_options(cls)
-        if is_guarded(cls) and existing is not None:  # by device_guard in its source: it stays
-            if existing != self.options:
-                raise ModelInputError(
-                    f"patch({self.target!r}): the class is already guarded with other "
-                    f"options ({existing}); patch it with those, or not at all."
-                )
-            return
-        guard_class(cls, self.options, origin=self)
-        _owners[id(cls)] = self
-        self.undo_steps.append(lambda: unguard_class(cls))
+        guard = class_guard(cls)
+        if guard is None:
+            guard_class(cls, self.options, origin=self)
+            self.undo_steps.append(lambda: unguard_class(cls))
+        elif guard.options != self.options:  # guarded by device_guard in its source: it stays
+            raise ModelInputError(
+                f"patch({self.target!r}): the class is already guarded with other "
+                f"options ({guard.options}); patch it with those, or not at all."
+            )
 
-    def _patch_method(self, owner: type, name: str) -> None:
+    def _wrap(self, owner: object, name: str, original: object) -> None:
+        """Wrap a method on its class, or a function in its module and every copy of it."""
         wrapper = wrapt.wrap_object(owner, name, PatchedFunction, (self.target, self.options, self))
-        _owners[id(wrapper)] = self
-        self.undo_steps.append(lambda: _unwrap(owner, name, wrapper))
-
-    def _patch_function(self, module: types.ModuleType, function: Any) -> None:
-        wrapper = wrapt.wrap_object(
-            module, self.path, PatchedFunction, (self.target, self.options, self)
-        )
-        for namespace, name in _references(function):
-            namespace[name] = wrapper
-        _owners[id(wrapper)] = self
+        copies = not isinstance(owner, type)
+        for namespace, key in _references(original) if copies else []:
+            namespace[key] = wrapper
 
         def restore() -> None:
-            _unwrap(module, self.path, wrapper)
+            # Wrapped since by a plain function: theirs stays, and ours still guards under it.
+            with contextlib.suppress(wrapt.WrapperNotOutermostError):
+                wrapt.unwrap_object(owner, name, wrapper, missing_ok=True)
             # Every other module that holds the wrapper got it from this patch: the
             # copies replaced above and modules imported while it was in place.
-            for namespace, name in _references(wrapper):
-                namespace[name] = function
+            for namespace, key in _references(wrapper) if copies else []:
+                namespace[key] = original
 
         self.undo_steps.append(restore)
 
@@ -460,12 +432,11 @@ class _Installation:
 def _not_patchable(value: object) -> str | None:
     """Why `value` cannot be patched, or `None` when it can (a class is checked elsewhere).
 
-    A Python function (or a wrapt wrapper around one, which has its
-    `__code__`), a class or static method of one, an instance of a Python
-    class that defines `__call__`, or a `functools.partial` of any of these,
-    or a C wrapper that names one as its `__wrapped__` (`functools.lru_cache`)
-    can be. A builtin, a method descriptor or any other callable written in C
-    cannot: such objects are shared by every module that imports them.
+    Python code can: a function (or a wrapt wrapper, which has its
+    `__code__`), a class or static method, a `functools.partial` or a C
+    wrapper (`functools.lru_cache`) around one, an instance of a class that
+    defines `__call__` in Python. A builtin or other C callable cannot: it is
+    shared by every module that imports it.
     """
     function = value.__func__ if isinstance(value, classmethod | staticmethod) else value
     if isinstance(function, functools.partial):
@@ -475,33 +446,22 @@ def _not_patchable(value: object) -> str | None:
     wrapped = getattr(function, "__wrapped__", None)
     if wrapped is not None and wrapped is not function:
         return _not_patchable(wrapped)
-    native = (
-        types.BuiltinFunctionType,
-        types.MethodDescriptorType,
-        types.WrapperDescriptorType,
-        types.MethodWrapperType,
-        types.ClassMethodDescriptorType,
-    )
-    if isinstance(function, native):
-        return (
-            f"{short_repr(function)}, a {type(function).__name__} written in C: such an "
-            "object is shared by every module that imports it"
-        )
     if not callable(function):
         return f"a {type(function).__name__}, not a function, class or method"
-    call = inspect.getattr_static(type(function), "__call__", None)
-    if isinstance(call, types.FunctionType):
+    if isinstance(inspect.getattr_static(type(function), "__call__", None), types.FunctionType):
         return None
-    return f"a {type(function).__name__}, a callable written in C, not Python code"
+    return (
+        f"{short_repr(function)}, a {type(function).__name__} written in C: such an "
+        "object is shared by every module that imports it"
+    )
 
 
 class _ReloadFinder(importlib.abc.MetaPathFinder):
     """Applies a module's patches again when the module is executed again (a reload).
 
-    It sits first on `sys.meta_path` and answers only for a module that has
-    a patch in place: it asks the finders after it for the spec, and wraps
-    the spec's loader in a `_ReapplyingLoader`. For every other module it
-    returns `None` at once, and the import goes on as if it were not there.
+    First on `sys.meta_path`, it answers only for a module with a patch in
+    place: it asks the finders after it for the spec and wraps the spec's
+    loader in a `_ReapplyingLoader`. For any other module it returns `None`.
     """
 
     @classmethod
@@ -515,10 +475,7 @@ class _ReloadFinder(importlib.abc.MetaPathFinder):
         path: Any = None,
         target: types.ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        if not any(
-            installation.module_name == fullname and installation.applied
-            for installation in list(_installed.values())
-        ):
+        if not any(i.module_name == fullname and i.applied for i in list(_installed.values())):
             return None
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
@@ -548,22 +505,15 @@ class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
             spec.loader = self.__wrapped__
         self.__wrapped__.exec_module(module)
         with _lock:
-            installations = [i for i in _installed.values() if i.module_name == self._self_name]
             failure: ModelInputError | None = None
-            for installation in installations:
-                try:
-                    installation.reapply(module)
-                except ModelInputError as error:
-                    failure = failure or error
+            for installation in list(_installed.values()):
+                if installation.module_name == self._self_name:
+                    try:
+                        installation.reapply(module)
+                    except ModelInputError as error:
+                        failure = failure or error
             if failure is not None:
                 raise failure
-
-
-def _unwrap(owner: object, name: str, wrapper: object) -> None:
-    """Put back what `wrapper` replaced, unless it was rebound or wrapped again since."""
-    # Wrapped since by a plain function: theirs stays, and ours still guards under it.
-    with contextlib.suppress(wrapt.WrapperNotOutermostError):
-        wrapt.unwrap_object(owner, name, wrapper, missing_ok=True)
 
 
 class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
@@ -595,6 +545,7 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         super().__init__(wrapped, guard)
         self._self_target = target
         self._self_options = options
+        self._self_origin = origin
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
         return (_guarded_elsewhere, (self._self_target, self._self_options))
@@ -607,13 +558,11 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
 
 
 class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
-    """A patched method bound to its class or instance; pickles as that lookup, guarded."""
+    """A patched method bound to its class or instance; pickles as that binding, guarded."""
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        parent = self._self_parent
         owner = self._self_instance if self._self_instance is not None else self._self_owner
-        name = parent._self_target.rpartition(".")[2]
-        return (_bound_elsewhere, (parent._self_target, parent._self_options, owner, name))
+        return (_bound_elsewhere, (self._self_parent, owner))
 
 
 PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: ignore[misc]
@@ -621,22 +570,17 @@ PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: igno
 
 def _guarded_elsewhere(target: str, options: GuardOptions) -> Any:
     """Unpickle a patched function: the target, as this process has it, guarded."""
-    module, _, path = target.partition(":")
-    original = wrapt.resolve_path(importlib.import_module(module), path)[2]
+    original = wrapt.resolve_path(*target.split(":"))[2]
     if isinstance(original, PatchedFunction):  # patched here too
         return original
     return PatchedFunction(original, target, options)
 
 
-def _bound_elsewhere(target: str, options: GuardOptions, owner: object, name: str) -> Any:
+def _bound_elsewhere(wrapper: PatchedFunction, owner: object) -> Any:
     """Unpickle a patched method bound to `owner` (a class or an instance)."""
-    cls = owner if isinstance(owner, type) else type(owner)
-    current = inspect.getattr_static(cls, name, MISSING)
-    if isinstance(current, PatchedFunction):  # the class is patched here too
-        return getattr(owner, name)
-    wrapper = _guarded_elsewhere(target, options)
-    instance = None if isinstance(owner, type) else owner
-    return wrapper.__get__(instance, cls)
+    if isinstance(owner, type):
+        return wrapper.__get__(None, owner)
+    return wrapper.__get__(owner, type(owner))
 
 
 def _references(value: object) -> list[tuple[dict[str, Any], str]]:
