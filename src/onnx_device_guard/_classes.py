@@ -225,18 +225,10 @@ def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
     """An `__init__` that runs `init` (or the inherited one) and then aligns, if outermost."""
     original = init if init is not None else _inherited_init(cls)
 
+    @functools.wraps(original)
     def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         _construct(original, self, args, kwargs)
 
-    if init is not None:
-        functools.update_wrapper(__init__, init)
-    else:  # the signature is the inherited __init__'s: the call's arguments bind to it
-        __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-        inherited = next(
-            k.__dict__["__init__"] for k in cls.__mro__[1:] if "__init__" in k.__dict__
-        )
-        if inherited is not object.__init__:
-            __init__.__wrapped__ = inherited  # type: ignore[attr-defined]
     setattr(__init__, _WRAPPER_MARK, True)
     return __init__
 
@@ -280,6 +272,10 @@ def _inherited_init(cls: type) -> Callable[..., None]:
             raise TypeError(f"{type(self).__qualname__}() takes no arguments")
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    # The signature is the inherited __init__'s: the call's arguments bind to it.
+    inherited = next(k.__dict__["__init__"] for k in cls.__mro__[1:] if "__init__" in k.__dict__)
+    if inherited is not object.__init__:
+        __init__.__wrapped__ = inherited  # type: ignore[attr-defined]
     return __init__
 
 

@@ -1,28 +1,14 @@
 """`patch`: guard a third-party factory where it is defined, without editing its package.
 
-A target names a module and an attribute path in it: a function, a class or
-a method. A function is replaced by a guarded wrapt wrapper (`wrapt.wrap_object`)
-in its module and in every loaded module that holds the same object under any
-name (the copies `from x import f` makes, which wrapt does not look for); a
-method is wrapped on its class, so subclasses and aliases see it; a class is
-guarded in place (`_classes`). A module not imported yet is patched by a wrapt
-post-import hook when it is. `undo()` puts everything back (`wrapt.unwrap_object`).
-Builtins and other C functions are refused: one object is shared by every
-module that imports it, so replacing "every reference" would reach far.
-
-A module executed again while patched (`importlib.reload`, or an import after
-its `sys.modules` entry was deleted) is patched again: `_ReloadFinder`, first
-on `sys.meta_path`, wraps the loader of a patched module, and only of one, so
-that after `exec_module` its patches apply to what the module now holds. A
-patch that no longer applies (the target is gone) raises `ModelInputError` out
-of that import, and its handles report `active` as false.
-
-Patching a patched target again returns another handle on the same patch (it
-stays until the last handle is undone), and raises when the options differ.
-A patched function or method pickles as its target and options, so another
-process gets the target guarded with them (its module unchanged): a patched
-loader never arrives unguarded in a process pool, Ray or Dask. A patched class
-pickles by reference and arrives as the other process's own, unpatched class.
+How (what `patch` does is in its docstring): a function or method is replaced
+by a `PatchedFunction` (`wrapt.wrap_object`), a function also in every loaded
+module that holds it (`from x import f` copies, which wrapt does not look
+for); a class is guarded in place (`_classes`). A wrapt post-import hook
+applies a patch whose module is not imported yet. `_ReloadFinder`, first on
+`sys.meta_path`, wraps the loader of a module with a patch in place, and only
+of one, so that after `exec_module` (a reload, or an import after its
+`sys.modules` entry was deleted) its patches apply again to what the module
+now holds. A `PatchedFunction` pickles as its target and options.
 """
 
 from __future__ import annotations
@@ -47,6 +33,7 @@ from ._call_device import Call
 from ._classes import class_guard, guard_class, unguard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
+from ._follow import stop_following
 from ._messages import short_repr
 from ._model_alignment import align_model
 from ._options import (
@@ -334,42 +321,31 @@ class _Installation:
     lost: bool = False
     undo_steps: list[Callable[[], None]] = field(default_factory=list)
 
-    def on_import(self, module: types.ModuleType) -> None:
-        """Apply the patch to its module, loaded now, unless undone or applied already."""
+    def on_import(self, module: types.ModuleType, again: bool = False) -> None:
+        """Apply the patch to its module, loaded now or (`again`) executed again while patched.
+
+        On a reload, what the earlier application replaced stays replaced
+        (other modules may still hold it), and `undo()` restores both.
+        """
         with _lock:
-            if self.cancelled or self.applied:
+            if self.cancelled or self.lost or self.applied != again:
                 return
             try:
                 self.apply(module)
             except ModelInputError:
-                # The patch never took: forget it, so a corrected patch() can follow.
-                if _installed.get(self.target) is self:
+                if again:
+                    self.lost = True
+                elif _installed.get(self.target) is self:  # it never took: let a new patch() in
                     del _installed[self.target]
                 raise
 
     def stop(self) -> None:
         """Put back what the patch replaced; the sessions of models it guarded stop following."""
-        from ._follow import stop_following
-
         self.cancelled = True
         for step in reversed(self.undo_steps):
             step()
         self.undo_steps.clear()
         stop_following(self)
-
-    def reapply(self, module: types.ModuleType) -> None:
-        """Apply the patch to `module` executed again while it is in place.
-
-        What the earlier application replaced stays replaced (other modules
-        may still hold it), and `undo()` restores both.
-        """
-        if self.cancelled or not self.applied or self.lost:
-            return
-        try:
-            self.apply(module)
-        except ModelInputError:
-            self.lost = True
-            raise
 
     def apply(self, module: types.ModuleType) -> None:
         """Patch the target in `module`."""
@@ -509,7 +485,7 @@ class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
             for installation in list(_installed.values()):
                 if installation.module_name == self._self_name:
                     try:
-                        installation.reapply(module)
+                        installation.on_import(module, again=True)
                     except ModelInputError as error:
                         failure = failure or error
             if failure is not None:
