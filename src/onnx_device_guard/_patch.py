@@ -176,27 +176,20 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
 def _check_installed(target: str, module: str) -> None:
     """Refuse a target whose top-level package cannot be found at all (it would wait forever)."""
     top = module.partition(".")[0]
-    if module in sys.modules or top in sys.modules:
-        return
-    try:
-        found = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        raise ModelInputError(
-            f"patch({target!r}): no module named {top!r} is installed, so the patch would "
-            "wait for an import that never comes. Check the spelling, or install the package."
-        )
+    with contextlib.suppress(ImportError, ValueError):
+        if module in sys.modules or top in sys.modules or importlib.util.find_spec(top):
+            return
+    raise ModelInputError(
+        f"patch({target!r}): no module named {top!r} is installed, so the patch would "
+        "wait for an import that never comes. Check the spelling, or install the package."
+    )
 
 
 def _patched_under_another_name(match: re.Match[str]) -> _Installation | None:
     """The patch that already replaced the target, when it is loaded and was patched."""
-    module = sys.modules.get(match["module"])
-    if module is None:
-        return None
     try:
-        return _patch_of(wrapt.resolve_path(module, match["path"])[2])
-    except Exception:  # missing, or a lazy attribute that fails to load: apply() reports it
+        return _patch_of(wrapt.resolve_path(sys.modules[match["module"]], match["path"])[2])
+    except Exception:  # not loaded, missing, or a lazy attribute that fails: apply() reports it
         return None
 
 
@@ -370,21 +363,12 @@ class _Installation:
                 "calls it with device_guard instead."
             )
         elif isinstance(original, type) and not isinstance(owner, type):
-            self._patch_class(original)
+            if class_guard(original) is None:  # not guarded by device_guard in its source
+                self.undo_steps.append(functools.partial(unguard_class, original))
+            guard_class(original, self.options, origin=self)  # raises if guarded otherwise
         else:
             self._wrap(owner, name, original)
         self.applied = True
-
-    def _patch_class(self, cls: type) -> None:
-        guard = class_guard(cls)
-        if guard is None:
-            guard_class(cls, self.options, origin=self)
-            self.undo_steps.append(lambda: unguard_class(cls))
-        elif guard.options != self.options:  # guarded by device_guard in its source: it stays
-            raise ModelInputError(
-                f"patch({self.target!r}): the class is already guarded with other "
-                f"options ({guard.options}); patch it with those, or not at all."
-            )
 
     def _wrap(self, owner: object, name: str, original: object) -> None:
         """Wrap a method on its class, or a function in its module and every copy of it."""
@@ -526,19 +510,17 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
         return (_guarded_elsewhere, (self._self_target, self._self_options))
 
-    def __copy__(self) -> PatchedFunction:
+    def __deepcopy__(self, memo: object = None) -> PatchedFunction:
         return self
 
-    def __deepcopy__(self, memo: object) -> PatchedFunction:
-        return self
+    __copy__ = __deepcopy__
 
 
 class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
     """A patched method bound to its class or instance; pickles as that binding, guarded."""
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        owner = self._self_instance if self._self_instance is not None else self._self_owner
-        return (_bound_elsewhere, (self._self_parent, owner))
+        return (_bound_elsewhere, (self._self_parent, self._self_instance, self._self_owner))
 
 
 PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: ignore[misc]
@@ -552,11 +534,9 @@ def _guarded_elsewhere(target: str, options: GuardOptions) -> Any:
     return PatchedFunction(original, target, options)
 
 
-def _bound_elsewhere(wrapper: PatchedFunction, owner: object) -> Any:
-    """Unpickle a patched method bound to `owner` (a class or an instance)."""
-    if isinstance(owner, type):
-        return wrapper.__get__(None, owner)
-    return wrapper.__get__(owner, type(owner))
+def _bound_elsewhere(wrapper: PatchedFunction, instance: object, owner: type) -> Any:
+    """Unpickle a patched method bound to `instance` (`None`: to the class `owner`)."""
+    return wrapper.__get__(instance, owner)
 
 
 def _references(value: object) -> list[tuple[dict[str, Any], str]]:
