@@ -38,14 +38,8 @@ _WRAPPER_MARK = "__onnx_device_guard_init__"
 """Set on every `__init__` and `__new__` this module makes, so none is wrapped twice."""
 
 
-class _Constructing(threading.local):
-    """The ids of the instances whose `__init__` is running in this thread."""
-
-    def __init__(self) -> None:
-        self.ids: set[int] = set()
-
-
-_constructing = _Constructing()
+_constructing = threading.local()
+"""Its `ids`: the ids of the instances whose `__init__` is running in this thread."""
 
 
 @dataclass
@@ -238,7 +232,7 @@ def _construct(
 ) -> None:
     """Run `init`; align `instance` afterwards if this was its outermost `__init__`."""
     key = id(instance)
-    ids = _constructing.ids
+    ids: set[int] = _constructing.__dict__.setdefault("ids", set())
     if key in ids:  # an inner call: super().__init__() from a subclass
         init(instance, *args, **kwargs)
         return
