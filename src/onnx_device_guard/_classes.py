@@ -161,10 +161,7 @@ def _align(instance: object, cls: type, args: tuple[Any, ...], kwargs: dict[str,
 
 
 def _new_wrapper(cls: type, new: Any) -> Any:
-    """A `__new__` that aligns what it returns when that is not an instance of the class.
-
-    Python runs no `__init__` then, so the guarded `__init__` would never see it.
-    """
+    """A `__new__` that aligns what it returns when no `__init__` will: another type."""
 
     def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
         if new is None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.abc
-import importlib.machinery
 import importlib.util
 import inspect
 import re
@@ -25,6 +24,7 @@ import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.machinery import ModuleSpec
 from typing import Any
 
 import wrapt
@@ -76,18 +76,16 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
     so subclasses and every name of the class see it.
 
     A module not imported yet is patched as it is imported, so one
-    `patch(...)` line can sit at the top of an entry point; a target missing
-    then raises `ModelInputError` out of the `import` that loaded the module.
-    A package that is not installed at all is refused at once. Patching a
-    patched target again with the same options returns another handle on the
-    same patch, which stays until every handle is undone. A module reloaded
-    or imported again while patched is patched again.
+    `patch(...)` line can sit at the top of an entry point; a missing target
+    then raises `ModelInputError` out of that `import` (a package not
+    installed at all is refused at once). A module reloaded or imported again
+    is patched again. Patching again with the same options returns another
+    handle on the same patch, which stays until every handle is undone.
 
     A patched function or method sent to another process (pickle, a process
     pool, Ray, Dask) arrives guarded with the same options; a patched class
-    arrives as that process's own class, unpatched: patch in each worker.
-    Builtins and other functions written in C are refused: they are shared by
-    every module that imports them.
+    arrives as that process's own, unpatched: patch in each worker. Builtins
+    and other functions written in C are refused: every module shares them.
 
     Args:
         target: `"module:attribute"`, where the attribute is a function, a
@@ -429,19 +427,14 @@ class _ReloadFinder(importlib.abc.MetaPathFinder):
         if not any(isinstance(finder, cls) for finder in sys.meta_path):
             sys.meta_path.insert(0, cls())
 
-    def find_spec(
-        self,
-        fullname: str,
-        path: Any = None,
-        target: types.ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if not any(i.module_name == fullname and i.applied for i in list(_installed.values())):
             return None
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
             if finder is self or find is None:
                 continue
-            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
+            spec: ModuleSpec | None = find(fullname, path, target)
             if spec is not None:
                 if hasattr(spec.loader, "exec_module"):
                     spec.loader = _ReapplyingLoader(spec.loader, fullname)  # type: ignore[assignment]
@@ -485,18 +478,14 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         function = wrapped.__func__ if isinstance(wrapped, classmethod | staticmethod) else wrapped
         if inspect.iscoroutinefunction(function):
 
-            async def guard(
-                wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
-            ) -> Any:
+            async def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:
                 model = await wrapped(*args, **kwargs)
                 align_model(model, options, Call(wrapped, args, kwargs), origin)  # type: ignore[arg-type]
                 return model
 
         else:
 
-            def guard(  # type: ignore[misc]
-                wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
-            ) -> Any:
+            def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:  # type: ignore[misc]
                 model = wrapped(*args, **kwargs)
                 align_model(model, options, Call(wrapped, args, kwargs), origin)  # type: ignore[arg-type]
                 return model
