@@ -67,11 +67,7 @@ def class_guard(cls: type) -> _ClassGuard | None:
 
 
 def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
-    """Guard the construction of `cls` in place and return `cls` itself.
-
-    Guarding it again with equal options changes nothing; with other options
-    it raises `ModelInputError`, as neither could be honoured silently.
-    """
+    """Guard the construction of `cls` in place and return it; again, only with equal options."""
     existing = class_guard(cls)
     if existing is not None:
         if existing.options == options:

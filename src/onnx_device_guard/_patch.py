@@ -361,9 +361,15 @@ class _Installation:
                 "calls it with device_guard instead."
             )
         elif isinstance(original, type) and not isinstance(owner, type):
-            if class_guard(original) is None:  # not guarded by device_guard in its source
+            guard = class_guard(original)  # one guarded by device_guard in its source stays
+            if guard is None:
+                guard_class(original, self.options, origin=self)
                 self.undo_steps.append(functools.partial(unguard_class, original))
-            guard_class(original, self.options, origin=self)  # raises if guarded otherwise
+            elif guard.options != self.options:
+                raise ModelInputError(
+                    f"patch({self.target!r}): the class is already guarded with other "
+                    f"options ({guard.options}); patch it with those, or not at all."
+                )
         else:
             self._wrap(owner, name, original)
         self.applied = True
@@ -415,12 +421,7 @@ def _not_patchable(value: object) -> str | None:
 
 
 class _ReloadFinder(importlib.abc.MetaPathFinder):
-    """Applies a module's patches again when the module is executed again (a reload).
-
-    First on `sys.meta_path`, it answers only for a module with a patch in
-    place: it asks the finders after it for the spec and wraps the spec's
-    loader in a `_ReapplyingLoader`. For any other module it returns `None`.
-    """
+    """Answers only for a module with a patch in place: its spec, with a `_ReapplyingLoader`."""
 
     @classmethod
     def install(cls) -> None:
@@ -529,11 +530,7 @@ def _bound_elsewhere(wrapper: PatchedFunction, instance: object, owner: type) ->
 
 
 def _references(value: object) -> list[tuple[dict[str, Any], str]]:
-    """Every `(module namespace, name)` in the loaded modules that holds `value` itself.
-
-    Reads each module's `__dict__` directly, so a lazy module's `__getattr__`
-    never runs; a module whose namespace cannot be read is skipped.
-    """
+    """Every `(module namespace, name)` that holds `value` itself, read without `__getattr__`."""
     found: list[tuple[dict[str, Any], str]] = []
     for module in list(sys.modules.values()):
         if not isinstance(module, types.ModuleType):
