@@ -4,10 +4,10 @@ A guarded function is a plain closure made with `functools.wraps`, not a
 proxy, so Python's protocols do the rest: `pickle` sends it by reference,
 checking that its module-level name holds this very wrapper (nothing arrives
 unguarded); cloudpickle (Ray, Dask, joblib) sends a local, lambda or
-`__main__` one by value, options included. Under `@classmethod` or
-`@staticmethod`, or above them, the function inside is guarded, so both
-stacking orders behave alike on every Python. The closure holds only options;
-what a model follows at run time lives beside its sessions (`_follow`).
+`__main__` one by value, options included. A `@classmethod` or
+`@staticmethod` given to the guard has its function guarded and is wrapped
+again, so both stacking orders behave alike on every Python. The closure holds
+only options; what a model follows at run time lives beside its sessions.
 """
 
 from __future__ import annotations
