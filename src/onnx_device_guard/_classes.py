@@ -1,20 +1,16 @@
 """Guarding a class: align each instance once its outermost `__init__` has returned.
 
-`guard_class` modifies the class in place, so the class object users hold,
-`isinstance`, `issubclass` and pickling by reference all keep working. It
-wraps the class's own `__init__` and, through `__init_subclass__`, the
-`__init__` of every subclass (those that exist already and those defined
-later), so a subclass that calls `super().__init__()` and then sets its own
-session is aligned after its own `__init__` returns, not halfway through.
+`guard_class` changes the class in place, so the class users hold,
+`isinstance` and pickling by reference keep working. It wraps the class's own
+`__init__` and, through `__init_subclass__`, that of every subclass, present
+and future, so a subclass that sets its session after `super().__init__()` is
+aligned when its own `__init__` returns. The outermost call is told by the ids
+of the instances under construction in this thread, so an `__init__` that
+builds another instance (recursion) aligns that one on its own.
 
-Which `__init__` call is the outermost one is tracked per instance and per
-thread: a set of the ids of the instances whose construction is under way in
-this thread. An `__init__` that builds another instance of the same class
-(recursion) aligns that one on its own.
-
-What is installed on the class refers only to its options, the original
-methods and module-level functions of this module, so a guarded class that
-cloudpickle carries by value (one defined in `__main__`) arrives guarded.
+What is installed refers only to the options, the original methods and
+module-level functions, so a guarded class that cloudpickle carries by value
+(one defined in `__main__`) arrives guarded.
 """
 
 from __future__ import annotations
@@ -39,64 +35,41 @@ _GUARD = "__onnx_device_guard_class__"
 """The attribute, in a guarded class's own `__dict__`, that holds its `_ClassGuard`."""
 
 _WRAPPER_MARK = "__onnx_device_guard_init__"
-"""Set on every `__init__` wrapper this module makes, so none is wrapped twice."""
+"""Set on every `__init__` and `__new__` this module makes, so none is wrapped twice."""
 
 
-class _Constructing(threading.local):
-    """The ids of the instances whose `__init__` is running in this thread."""
-
-    def __init__(self) -> None:
-        self.ids: set[int] = set()
-
-
-_constructing = _Constructing()
+_constructing = threading.local()
+"""Its `ids`: the ids of the instances whose `__init__` is running in this thread."""
 
 
 @dataclass
 class _ClassGuard:
-    """What guarding one class changed, so that `unguard_class` can put it back."""
+    """What guarding one class changed, so that `unguard_class` can put it back.
+
+    `init`, `init_subclass` and `new` are the class's own before guarding
+    (`None`: it had none, or `__new__` was not wrapped); `origin` is the patch
+    that guarded it, if one did; `subclass_inits` the subclasses whose own
+    `__init__` this guard wrapped, with the original.
+    """
 
     options: GuardOptions
     init: Any
-    """The class's own `__init__` before guarding (`None`: it had none)."""
     init_subclass: Any
-    """The class's own `__init_subclass__` before guarding (`None`: none)."""
-    new: Any = None
-    """The class's own `__new__` before guarding (`None`: none, or not wrapped)."""
     origin: Any = None
-    """The patch that guarded the class, if one did (see `_follow.watch`)."""
+    new: Any = None
     subclass_inits: list[tuple[type, Any]] = field(default_factory=list)
-    """Subclasses whose own `__init__` this guard wrapped, with the original."""
 
 
-def guarded_options(cls: type) -> GuardOptions | None:
-    """The options of the nearest guarded class in `cls`'s MRO, or `None`."""
-    guard = _nearest_guard(cls)
-    return None if guard is None else guard.options
-
-
-def _nearest_guard(cls: type) -> _ClassGuard | None:
-    for klass in cls.__mro__:
-        guard = klass.__dict__.get(_GUARD)
-        if isinstance(guard, _ClassGuard):
-            return guard
-    return None
-
-
-def is_guarded(cls: type) -> bool:
-    """Whether `cls` itself (not only a base) was guarded."""
-    return isinstance(cls.__dict__.get(_GUARD), _ClassGuard)
+def class_guard(cls: type) -> _ClassGuard | None:
+    """The guard of `cls` itself (not of a base), or `None`."""
+    guard = cls.__dict__.get(_GUARD)
+    return guard if isinstance(guard, _ClassGuard) else None
 
 
 def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
-    """Guard the construction of `cls` in place and return `cls` itself.
-
-    Guarding a class that is already guarded with equal options changes
-    nothing; with different options it raises `ModelInputError`, as neither
-    set of options could be honoured silently.
-    """
-    existing = cls.__dict__.get(_GUARD)
-    if isinstance(existing, _ClassGuard):
+    """Guard the construction of `cls` in place and return it; again, only with equal options."""
+    existing = class_guard(cls)
+    if existing is not None:
         if existing.options == options:
             return cls
         raise ModelInputError(
@@ -104,12 +77,16 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
             f"({existing.options}), so it cannot also be guarded with "
             f"{options}. Guard it once, with the options it needs."
         )
-    _refuse_metaclass_call(cls)
+    for meta in inspect.getmro(type(cls)):
+        if meta is not type and meta is not object and "__call__" in vars(meta):
+            raise ModelInputError(
+                f"Cannot guard the class {cls.__qualname__}: its metaclass "
+                f"{meta.__qualname__} defines __call__, which runs around __init__ and may "
+                "change the instance after the guard has checked it. Guard the function "
+                "that creates its instances instead."
+            )
     guard = _ClassGuard(
-        options=options,
-        init=cls.__dict__.get("__init__"),
-        init_subclass=cls.__dict__.get("__init_subclass__"),
-        origin=origin,
+        options, cls.__dict__.get("__init__"), cls.__dict__.get("__init_subclass__"), origin
     )
     try:
         setattr(cls, _GUARD, guard)
@@ -121,7 +98,8 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
         ) from error
     if not _is_wrapper(guard.init):
         type.__setattr__(cls, "__init__", _init_wrapper(cls, guard.init))
-    if _custom_new(cls):  # a __new__ may return another type: then no __init__ runs
+    # A __new__ (of the class or a base) may return another type: then no __init__ runs.
+    if any("__new__" in vars(klass) for klass in cls.__mro__[:-1]):
         guard.new = cls.__dict__.get("__new__")
         type.__setattr__(cls, "__new__", _new_wrapper(cls, guard.new))
     type.__setattr__(cls, "__init_subclass__", _init_subclass_hook(cls, guard))
@@ -131,12 +109,9 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
 
 
 def unguard_class(cls: type) -> None:
-    """Restore `cls` (and the subclasses its guard wrapped) exactly as before guarding.
-
-    A class that is not guarded is left alone.
-    """
-    guard = cls.__dict__.get(_GUARD)
-    if not isinstance(guard, _ClassGuard):
+    """Restore `cls` (and the subclasses its guard wrapped) as before; leave others alone."""
+    guard = class_guard(cls)
+    if guard is None:
         return
     for subclass, init in reversed(guard.subclass_inits):
         _restore(subclass, "__init__", init)
@@ -149,47 +124,40 @@ def unguard_class(cls: type) -> None:
         stop_waiting(klass)
 
 
-def _custom_new(cls: type) -> bool:
-    """Whether `cls` or a base other than `object` defines `__new__`."""
-    return any("__new__" in vars(klass) for klass in cls.__mro__[:-1])
-
-
 _SIGNATURES: weakref.WeakKeyDictionary[type, inspect.Signature | None] = weakref.WeakKeyDictionary()
 """Each guarded class's constructor signature, read once: reading it costs more than the
 rest of a small model's check (magika's load: 2.4 % with it read at every load)."""
 
 
+def read_signature(factory: Callable[..., Any]) -> inspect.Signature | None:
+    """`factory`'s signature; `None` if it has none to read (the load says so if it needs it)."""
+    try:
+        return inspect.signature(factory)
+    except (TypeError, ValueError):
+        return None
+
+
 def signature_of(cls: type) -> inspect.Signature | None:
-    """`cls`'s constructor signature, read once per class; `None` if it has none to read."""
+    """`cls`'s constructor signature, read once per class."""
     try:
         return _SIGNATURES[cls]
     except KeyError:
-        pass
-    try:
-        signature: inspect.Signature | None = inspect.signature(cls)
-    except (TypeError, ValueError):
-        signature = None
-    _SIGNATURES[cls] = signature
-    return signature
+        signature = _SIGNATURES[cls] = read_signature(cls)
+        return signature
 
 
-def _refuse_metaclass_call(cls: type) -> None:
-    """Refuse a class whose metaclass defines `__call__`: it runs after `__init__`."""
-    for meta in inspect.getmro(type(cls)):
-        if meta is not type and meta is not object and "__call__" in vars(meta):
-            raise ModelInputError(
-                f"Cannot guard the class {cls.__qualname__}: its metaclass "
-                f"{meta.__qualname__} defines __call__, which runs around __init__ and may "
-                "change the instance after the guard has checked it. Guard the function "
-                "that creates its instances instead."
-            )
+def _align(instance: object, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Align a new `instance` of `cls` with the options of the nearest guarded class."""
+    for klass in cls.__mro__:
+        guard = class_guard(klass)
+        if guard is not None:
+            call = Call(cls, args, kwargs, signature_of(cls))
+            align_model(instance, guard.options, call, guard.origin)
+            return
 
 
 def _new_wrapper(cls: type, new: Any) -> Any:
-    """A `__new__` that aligns what it returns when that is not an instance of the class.
-
-    Python runs no `__init__` then, so the guarded `__init__` would never see it.
-    """
+    """A `__new__` that aligns what it returns when no `__init__` will: another type."""
 
     def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
         if new is None:
@@ -197,14 +165,7 @@ def _new_wrapper(cls: type, new: Any) -> Any:
         else:
             instance = new.__func__(klass, *args, **kwargs)
         if not isinstance(instance, klass):
-            guard = _nearest_guard(klass)
-            if guard is not None:
-                align_model(
-                    instance,
-                    guard.options,
-                    Call(klass, args, kwargs, signature_of(klass)),
-                    guard.origin,
-                )
+            _align(instance, klass, args, kwargs)
         return instance
 
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"
@@ -213,11 +174,11 @@ def _new_wrapper(cls: type, new: Any) -> Any:
 
 
 def _restore(cls: type, name: str, value: Any) -> None:
-    if value is None:
-        if name in cls.__dict__:
-            type.__delattr__(cls, name)
-    else:
+    """Put `value` back as `cls`'s own `name`, or remove it when `value` is `None`."""
+    if value is not None:
         type.__setattr__(cls, name, value)
+    elif name in cls.__dict__:
+        type.__delattr__(cls, name)
 
 
 def _is_wrapper(method: object) -> bool:
@@ -227,14 +188,12 @@ def _is_wrapper(method: object) -> bool:
 
 
 def _all_subclasses(cls: type) -> list[type]:
-    found: list[type] = []
-    stack: list[type] = list(type.__subclasses__(cls))
-    while stack:
-        subclass = stack.pop()
-        if subclass not in found:
-            found.append(subclass)
-            stack.extend(type.__subclasses__(subclass))
-    return found
+    """Every subclass of `cls`, at any depth, each once."""
+    found: dict[type, None] = {}
+    subclasses: list[type] = type.__subclasses__(cls)
+    for subclass in subclasses:
+        found.update(dict.fromkeys([subclass, *_all_subclasses(subclass)]))
+    return list(found)
 
 
 def _wrap_own_init(subclass: type, guard: _ClassGuard) -> None:
@@ -253,18 +212,10 @@ def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
     """An `__init__` that runs `init` (or the inherited one) and then aligns, if outermost."""
     original = init if init is not None else _inherited_init(cls)
 
+    @functools.wraps(original)
     def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         _construct(original, self, args, kwargs)
 
-    if init is not None:
-        functools.update_wrapper(__init__, init)
-    else:  # the signature is the inherited __init__'s: the call's arguments bind to it
-        __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-        inherited = next(
-            k.__dict__["__init__"] for k in cls.__mro__[1:] if "__init__" in k.__dict__
-        )
-        if inherited is not object.__init__:
-            __init__.__wrapped__ = inherited  # type: ignore[attr-defined]
     setattr(__init__, _WRAPPER_MARK, True)
     return __init__
 
@@ -274,7 +225,7 @@ def _construct(
 ) -> None:
     """Run `init`; align `instance` afterwards if this was its outermost `__init__`."""
     key = id(instance)
-    ids = _constructing.ids
+    ids: set[int] = _constructing.__dict__.setdefault("ids", set())
     if key in ids:  # an inner call: super().__init__() from a subclass
         init(instance, *args, **kwargs)
         return
@@ -283,14 +234,7 @@ def _construct(
         init(instance, *args, **kwargs)
     finally:
         ids.discard(key)
-    guard = _nearest_guard(type(instance))
-    if guard is not None:
-        align_model(
-            instance,
-            guard.options,
-            Call(type(instance), args, kwargs, signature_of(type(instance))),
-            guard.origin,
-        )
+    _align(instance, type(instance), args, kwargs)
 
 
 def _inherited_init(cls: type) -> Callable[..., None]:
@@ -311,28 +255,27 @@ def _inherited_init(cls: type) -> Callable[..., None]:
         if owner is not object:
             super(cls, self).__init__(*args, **kwargs)  # type: ignore[arg-type]
         elif (args or kwargs) and type(self).__new__ is object.__new__:
-            # What object() says when a class without __init__ gets arguments;
-            # the wrapper must not make such a call pass silently.
+            # What object() says when a class without __init__ gets arguments.
             raise TypeError(f"{type(self).__qualname__}() takes no arguments")
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    # The signature is the inherited __init__'s: the call's arguments bind to it.
+    inherited = next(k.__dict__["__init__"] for k in cls.__mro__[1:] if "__init__" in k.__dict__)
+    if inherited is not object.__init__:
+        __init__.__wrapped__ = inherited  # type: ignore[attr-defined]
     return __init__
 
 
 def _init_subclass_hook(cls: type, guard: _ClassGuard) -> classmethod[Any, Any, None]:
     """An `__init_subclass__` for `cls` that wraps each new subclass's own `__init__`."""
     own = guard.init_subclass
-    if own is None:
 
-        def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
+    def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
+        if own is None:
             super(cls, subclass).__init_subclass__(**kwargs)  # type: ignore[arg-type]
-            _wrap_own_init(subclass, guard)
-
-    else:
-
-        def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
+        else:
             own.__get__(None, subclass)(**kwargs)
-            _wrap_own_init(subclass, guard)
+        _wrap_own_init(subclass, guard)
 
     __init_subclass__.__qualname__ = f"{cls.__qualname__}.__init_subclass__"
     return classmethod(__init_subclass__)

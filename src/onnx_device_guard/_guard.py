@@ -1,18 +1,13 @@
 """`device_guard`: align the device of every model a factory returns.
 
 A guarded function is a plain closure made with `functools.wraps`, not a
-proxy object: Python's own protocols then do the rest. `pickle` sends it by
-reference, finding it under its module and qualified name and checking that
-the name holds this very wrapper (so nothing can arrive without its guard);
-cloudpickle (Ray, Dask, joblib) sends one it cannot find by name (`__main__`,
-local, lambda) by value, closure and options included. A method binds like
-any function, and `@classmethod` or `@staticmethod` under the guard is
-handled by guarding the function inside and wrapping it again, so both
-stacking orders behave alike on every Python. The closure holds only the
-guard's options, which are plain configuration; what a model follows at run
-time lives beside its sessions (`_follow`), so a factory that was used still
-pickles. wrapt's proxies are kept for what they do best: patching another
-package's code in place (`_patch`).
+proxy, so Python's protocols do the rest: `pickle` sends it by reference,
+checking that its module-level name holds this very wrapper (nothing arrives
+unguarded); cloudpickle (Ray, Dask, joblib) sends a local, lambda or
+`__main__` one by value, options included. A `@classmethod` or
+`@staticmethod` given to the guard has its function guarded and is wrapped
+again, so both stacking orders behave alike on every Python. The closure holds
+only options; what a model follows at run time lives beside its sessions.
 """
 
 from __future__ import annotations
@@ -23,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from ._call_device import Call
-from ._classes import guard_class
+from ._classes import guard_class, read_signature
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._messages import short_repr
@@ -94,87 +89,77 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
 ) -> Any:
     """Align the device of the model that a `from_pretrained`-style factory returns.
 
-    After the factory returns, the guard finds the sessions and the device on
-    the model, aligns them with
-    [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session]
-    and, when the aligned device differs, writes it back to the attribute it
-    came from (as a string if the model stored a string). It returns the same
-    model object.
+    After the factory returns, the guard finds the model's sessions and
+    device, aligns them with
+    [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session],
+    writes a changed device back to the attribute it came from (a string if
+    it was one) and returns the same model.
 
-    The sessions: `session_attr` when given; otherwise `_session` or
-    `session` when it holds a session, and failing those every object with
-    callable `get_providers` and `run` found among the model's instance
-    attributes (a package's own wrapper under `session` included), up to
-    three levels down, through lists, tuples and dicts (no property or
-    method is called to get there).
+    The sessions: `session_attr` when given; else `_session` or `session`
+    when it holds one; else every object with callable `get_providers` and
+    `run` among the model's instance attributes (a package's own wrapper
+    under `session` included), up to three levels down through lists, tuples
+    and dicts, calling no property or method.
 
-    The devices checked, in this order: the factory call's own `device`
-    argument (positional, keyword or default; `None` leaves the choice to
-    the package), the `device=` option, then the model's `_device` or
-    `device` attribute (or `device_attr`). What the caller asked for comes
-    first, so a model that reports `cpu` cannot hide a request for `cuda`.
-    The model's attribute gets the aligned device written back (on the inner
-    object it really lives on, when the model forwards it through
-    `__getattr__`); a read-only one is left as it is and the report says
-    so. `"fallback"` reports once (a `DeviceFallbackWarning` at the caller's
-    line and a WARNING log record); `"fail"` raises, naming the device and
-    where it came from.
+    The devices checked, in order: the call's own `device` argument
+    (positional, keyword or default; `None` leaves the choice to the
+    package), the `device=` option, then the model's `_device` or `device`
+    (or `device_attr`), so a model that reports `cpu` cannot hide a request
+    for `cuda`. The model's attribute gets the aligned device (on the inner
+    object, when the model forwards it through `__getattr__`); a read-only
+    one is left as it is and the report says so. `"fallback"` reports once
+    (a `DeviceFallbackWarning` at the caller's line and a WARNING record);
+    `"fail"` raises, naming the device and where it came from.
 
-    Use it bare (`@device_guard`) or with options (`@device_guard(...)`),
-    on functions, methods, static methods, class methods (stacked either way
-    round with `@classmethod`) and `async def` factories, whose model is
-    aligned once the coroutine has finished. The guarded factory keeps its
-    name, docstring, signature and types. It is a plain function: module-level
-    functions and class methods pickle by reference, so they can be sent to
-    process pools, and cloudpickle (Ray, Dask) carries local ones and those
-    defined in `__main__` by value, guard and options included.
+    Use it bare or with options on functions, methods, static methods, class
+    methods (stacked either way round) and `async def` factories (aligned
+    once the coroutine has finished). The guarded factory keeps its name,
+    docstring, signature and types. It is a plain function: module-level ones
+    and class methods pickle by reference (process pools), and cloudpickle
+    (Ray, Dask) carries local and `__main__` ones by value, guard included.
 
     Args:
         wrapped: The factory; given when the decorator is used bare.
-        resolution_mode: `"fail"` or `"fallback"`; `None` takes the
-            policy in force when the factory is called.
+        resolution_mode: `"fail"` or `"fallback"`; `None` takes the policy in
+            force when the factory is called.
         fallback_device: Where to go when a session runs no GPU-capable
             provider; `None` takes the policy in force at call time.
-        warn: `False` silences fallbacks (no warning, a DEBUG record);
-            `None` takes the policy in force at call time.
+        warn: `False` silences fallbacks (no warning, a DEBUG record); `None`
+            takes the policy in force at call time.
         session_attr: Where the model keeps its session: an attribute name or
-            a dotted path (`"detector.infer.session"`); a tuple of them, which
-            must all exist and all accept the device (a model with several
-            sessions); or a callable that takes the model and returns its
-            session or an iterable of its sessions. By default `_session`,
-            `session`, then discovery.
+            dotted path (`"detector.infer.session"`); a tuple of them, which
+            must all exist and accept the device; or a callable that takes
+            the model and returns its session or an iterable of sessions.
         device_attr: The attribute that holds the device; it must exist. By
-            default the first of `_device` and `device` that the model has,
-            so a public read-only `device` property over `_device` works.
-        device: The device the call asks for, checked besides the call's own
-            `device` argument and the model's attribute: a fixed device
-            (`"cuda"`), or a callable that receives the call's arguments as a
-            dict (by parameter name, defaults included) and returns one, for
-            loaders that say it with flags (`use_gpu`, `device_id`).
-        require_session: `False` lets a result that holds no session yet
-            through: its sessions are checked when they appear, after each
-            call of its public methods (and `__call__`) until they do, so a
-            model that opens them at its first call is reported (or raises)
-            from that call; one that never opens any is left alone. By
-            default a result without a session is an error.
-        follow: `True` (the default) keeps each model it returns in line with
-            its sessions after load: when a session's providers change
+            default the first of `_device` and `device` the model has, so a
+            read-only `device` property over `_device` works.
+        device: The device the call asks for, checked besides the call's
+            `device` argument and the model's attribute: a device (`"cuda"`),
+            or a callable that receives the call's arguments as a dict (by
+            name, defaults included) and returns one, for loaders that say it
+            with flags (`use_gpu`, `device_id`).
+        require_session: `False` lets a result without a session through: its
+            sessions are checked when they appear, after each call of its
+            public methods (and `__call__`), so a model that opens them at its
+            first call is reported (or raises) from that call. By default a
+            result without a session is an error.
+        follow: `True` (the default) keeps each model in line with its
+            sessions after load: when a session's providers change
             (`set_providers`, or onnxruntime's own fallback to CPU after a
             GPU provider fails in `run()`), the model is aligned again at
-            once, with the mode and fallback device in force at load. In
-            `"fallback"` mode its device is rewritten and one report names
-            the old and new providers; in `"fail"` mode the call that changed
-            the providers raises `EnvironmentConfigurationError`. Sessions
-            hold the model only weakly. `False` aligns at load only.
+            once, with the mode and fallback device in force at load: in
+            `"fallback"` mode its device is rewritten and one report names the
+            old and new providers; in `"fail"` mode the call that changed them
+            raises `EnvironmentConfigurationError`. Sessions hold the model
+            only weakly. `False` aligns at load only.
 
     Returns:
-        The guarded factory, or a decorator that guards one when called with
-        options only.
+        The guarded factory, or, given options only, a decorator that guards one.
 
     Raises:
-        ModelInputError: At decoration, an option cannot be used or
-            `wrapped` is not callable; at call time, the model's session or
-            device holds an unusable value.
+        ModelInputError: At decoration, an option cannot be used or `wrapped`
+            is not callable; at call time, the model's session or device holds
+            an unusable value.
         DeviceGuardError: At call time, the model has no session (and
             `require_session` is on) or no device to check, one of its
             attributes raises when read, or its device attribute cannot be
@@ -258,10 +243,7 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
             f"got {type(wrapped).__name__} {short_repr(wrapped)}."
         )
     factory: Callable[..., Any] = wrapped
-    try:  # read once here, not at every load
-        signature: inspect.Signature | None = inspect.signature(factory)
-    except (TypeError, ValueError):  # the load says so, if it needs the arguments
-        signature = None
+    signature = read_signature(factory)  # once here, not at every load
     if inspect.iscoroutinefunction(factory):
 
         @functools.wraps(factory)

@@ -1,40 +1,14 @@
 """`patch`: guard a third-party factory where it is defined, without editing its package.
 
-A target names a module and an attribute path in it: a function, a class, or
-a method of a class. A function is replaced by a guarded wrapt wrapper in its
-module (`wrapt.wrap_object`) and in every loaded module that holds the same
-function object under any name (the copies `from x import f` makes, which
-wrapt does not look for); a method is wrapped on its class, so subclasses and
-aliases of the class see it; a class is guarded in place (see `_classes`). A
-target whose module is not imported yet is patched by a wrapt post-import
-hook when it is. `undo()` puts everything back with `wrapt.unwrap_object`.
-
-Builtins and other functions written in C are refused: they have no module
-of their own (`math.sqrt` is the same object in every module that imported
-it), so replacing "every reference" would change code far from the loader.
-
-A module executed again while patches are in place (`importlib.reload`, or
-an import after its entry was deleted from `sys.modules`) gets its patches
-applied again. `_ReloadFinder`, first on `sys.meta_path` from the first
-patch on, does it: for a module with a patch in place, and only for one, it
-wraps the loader that the other finders return, and after that loader's
-`exec_module` applies the module's patches to what the module now holds.
-Everything else it leaves to the next finder. A reload runs the new code in
-the module's old namespace, so a target the new code no longer defines is
-still there, guarded. A patch that can no longer be applied (a module
-imported anew without the target) raises `ModelInputError` out of that
-import, and its handles report `active` as false.
-
-Patching one target again while it is patched wraps nothing twice: it returns
-another handle on the same patch (a count of handles keeps it in place until
-the last one is undone), and raises when the options differ.
-
-A patched function or method pickles as its target and options: another
-process that unpickles it gets the target guarded with the same options
-(its own module is not changed), so a patched loader sent to a process pool,
-a Ray task or a Dask task never arrives unguarded. A patched class pickles by
-reference like any class, and arrives as the other process's own, unpatched
-class: patch there too (see the docs page on Ray, Dask and process pools).
+How (what `patch` does is in its docstring): a function or method is replaced
+by a `PatchedFunction` (`wrapt.wrap_object`), a function also in every loaded
+module that holds it (`from x import f` copies, which wrapt does not look
+for); a class is guarded in place (`_classes`). A wrapt post-import hook
+applies a patch whose module is not imported yet. `_ReloadFinder`, first on
+`sys.meta_path`, wraps the loader of a module with a patch in place, and only
+of one, so that after `exec_module` (a reload, or an import after its
+`sys.modules` entry was deleted) its patches apply again to what the module
+now holds. A `PatchedFunction` pickles as its target and options.
 """
 
 from __future__ import annotations
@@ -42,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.abc
-import importlib.machinery
 import importlib.util
 import inspect
 import re
@@ -50,15 +23,18 @@ import sys
 import threading
 import types
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.machinery import ModuleSpec
 from typing import Any
 
 import wrapt
 
 from ._call_device import Call
-from ._classes import guard_class, guarded_options, is_guarded, unguard_class
+from ._classes import class_guard, guard_class, unguard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
-from ._messages import MISSING, short_repr
+from ._follow import stop_following
+from ._messages import short_repr
 from ._model_alignment import align_model
 from ._options import (
     DeviceMismatchResolutionMode,
@@ -73,8 +49,6 @@ _TARGET = re.compile(rf"(?P<module>{_DOTTED}):(?P<path>{_DOTTED})")
 _lock = threading.RLock()
 _installed: dict[str, _Installation] = {}
 """The patches in place (or waiting for their module), by target."""
-_owners: dict[int, _Installation] = {}
-"""The patches in place, by the id of what they put there (a wrapper or a guarded class)."""
 
 
 def patch(  # noqa: PLR0913 - one keyword per documented option
@@ -94,30 +68,24 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
 
     The loader is named by a string, `"package.module:function"`,
     `"package.module:Class"` or `"package.module:Class.method"` (a plain,
-    class or static method). A function is replaced by its guarded form in its
-    module and in every loaded module that holds it under any name, such as
-    the copies made by `from package.module import function`. A class is
+    class or static method). A function is replaced by its guarded form in
+    its module and in every loaded module that holds it under any name, such
+    as the copies `from package.module import function` makes. A class is
     guarded in place, as `device_guard(Class)` does: each instance is aligned
     once its outermost `__init__` returns. A method is replaced on its class,
     so subclasses and every name of the class see it.
 
-    When the module is not imported yet, the patch is made as soon as it is
-    imported, so one `patch(...)` line can sit at the top of an entry point.
-    If the target then turns out not to exist, the `ModelInputError` is
-    raised out of the `import` statement that loaded the module. A package
-    that is not installed at all is refused at once.
-
-    Patching a target that is already patched with the same options wraps
-    nothing twice: it returns a new handle on the same patch, which stays in
-    place until every handle is undone.
+    A module not imported yet is patched as it is imported, so one
+    `patch(...)` line can sit at the top of an entry point; a missing target
+    then raises `ModelInputError` out of that `import` (a package not
+    installed at all is refused at once). A module reloaded or imported again
+    is patched again. Patching again with the same options returns another
+    handle on the same patch, which stays until every handle is undone.
 
     A patched function or method sent to another process (pickle, a process
-    pool, Ray, Dask) arrives guarded with the same options. A patched class
-    arrives as that process's own class, unpatched: patch in each worker.
-
-    A module reloaded (`importlib.reload`) or imported again while it is
-    patched gets the patch again. Builtins and other functions written in C
-    are refused: they are shared by every module that imports them.
+    pool, Ray, Dask) arrives guarded with the same options; a patched class
+    arrives as that process's own, unpatched: patch in each worker. Builtins
+    and other functions written in C are refused: every module shares them.
 
     Args:
         target: `"module:attribute"`, where the attribute is a function, a
@@ -133,9 +101,9 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
             models the patch guarded.
 
     Returns:
-        A [`Patch`][onnx_device_guard.Patch] handle: its `undo()` method, or
-        the end of a `with` block over it, puts back every reference the
-        patch replaced, except those that were rebound to something else since.
+        A [`Patch`][onnx_device_guard.Patch] handle: its `undo()`, or the end
+        of a `with` block over it, puts back every reference the patch
+        replaced, except those rebound to something else since.
 
     Raises:
         ModelInputError: The target string is malformed; its package is not
@@ -188,17 +156,17 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
     _check_installed(target, match["module"])
     with _lock:
         installation = _installed.get(target) or _patched_under_another_name(match)
-        if installation is not None:
-            if installation.options != options:
-                raise ModelInputError(
-                    f"{target!r} is already patched with other options "
-                    f"({installation.options}); undo that patch before "
-                    f"patching it with {options}."
-                )
-        else:
+        if installation is None:
             installation = _Installation(target, match["module"], match["path"], options)
-            installation.start()
+            # Applied now if the module is loaded, else when it is imported.
+            wrapt.register_post_import_hook(installation.on_import, installation.module_name)
             _installed[target] = installation
+        elif installation.options != options:
+            raise ModelInputError(
+                f"{target!r} is already patched with other options "
+                f"({installation.options}); undo that patch before "
+                f"patching it with {options}."
+            )
         installation.handles += 1
         return Patch(installation, target)
 
@@ -206,29 +174,31 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
 def _check_installed(target: str, module: str) -> None:
     """Refuse a target whose top-level package cannot be found at all (it would wait forever)."""
     top = module.partition(".")[0]
-    if module in sys.modules or top in sys.modules:
-        return
-    try:
-        found = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        raise ModelInputError(
-            f"patch({target!r}): no module named {top!r} is installed, so the patch would "
-            "wait for an import that never comes. Check the spelling, or install the package."
-        )
+    with contextlib.suppress(ImportError, ValueError):
+        if module in sys.modules or top in sys.modules or importlib.util.find_spec(top):
+            return
+    raise ModelInputError(
+        f"patch({target!r}): no module named {top!r} is installed, so the patch would "
+        "wait for an import that never comes. Check the spelling, or install the package."
+    )
 
 
 def _patched_under_another_name(match: re.Match[str]) -> _Installation | None:
     """The patch that already replaced the target, when it is loaded and was patched."""
-    module = sys.modules.get(match["module"])
-    if module is None:
-        return None
     try:
-        value = wrapt.resolve_path(module, match["path"])[2]
-    except Exception:  # missing, or a lazy attribute that fails to load: apply() reports it
+        return _patch_of(wrapt.resolve_path(sys.modules[match["module"]], match["path"])[2])
+    except Exception:  # not loaded, missing, or a lazy attribute that fails: apply() reports it
         return None
-    return _owners.get(id(value))
+
+
+def _patch_of(value: object) -> _Installation | None:
+    """The patch in place that put `value` there (a wrapper or a guarded class), if one did."""
+    if isinstance(value, PatchedFunction):
+        origin = value._self_origin
+    else:
+        guard = class_guard(value) if isinstance(value, type) else None
+        origin = None if guard is None else guard.origin
+    return origin if isinstance(origin, _Installation) and not origin.cancelled else None
 
 
 class Patch:
@@ -273,11 +243,10 @@ class Patch:
 
     @property
     def active(self) -> bool:
-        """Whether this handle has not been undone, and its patch is in place.
+        """Whether this handle is not undone and its patch is in place.
 
-        A module reloaded or imported again gets its patches again. A patch
-        is lost, and this false, when the module, executed again, no longer
-        holds the target: the import or reload raised `ModelInputError` then.
+        It turns false when the module, executed again, no longer holds the
+        target (that import or reload raised `ModelInputError`).
         """
         return not self._undone and not self._installation.lost
 
@@ -325,67 +294,52 @@ class Patch:
         return f"<onnx_device_guard patch {self.target!r} ({state})>"
 
 
+@dataclass(eq=False)
 class _Installation:
-    """One target's patch: what it replaced, where, and how to put it back."""
+    """One target's patch: what it replaced, where, and how to put it back.
 
-    def __init__(self, target: str, module: str, path: str, options: GuardOptions) -> None:
-        self.target = target
-        self.module_name = module
-        self.path = path
-        self.options = options
-        self.handles = 0
-        self.applied = False
-        self.cancelled = False
-        """Set by the last `undo()`; models watched for this patch stop following."""
-        self.lost = False
-        """Set when its module was executed again without the target (see `reapply`)."""
-        self.undo_steps: list[Callable[[], None]] = []
+    `cancelled` is set by the last `undo()` (models watched for it stop
+    following); `lost` when its module was executed again without the target.
+    """
 
-    def start(self) -> None:
-        module = sys.modules.get(self.module_name)
-        if module is not None:
-            self.apply(module)
-            return
-        wrapt.register_post_import_hook(self._on_import, self.module_name)
+    target: str
+    module_name: str
+    path: str
+    options: GuardOptions
+    handles: int = 0
+    applied: bool = False
+    cancelled: bool = False
+    lost: bool = False
+    undo_steps: list[Callable[[], None]] = field(default_factory=list)
 
-    def _on_import(self, module: types.ModuleType) -> None:
+    def on_import(self, module: types.ModuleType, again: bool = False) -> None:
+        """Apply the patch to its module, loaded now or (`again`) executed again while patched.
+
+        On a reload, what the earlier application replaced stays replaced
+        (other modules may still hold it), and `undo()` restores both.
+        """
         with _lock:
-            if self.cancelled or self.applied:
+            if self.cancelled or self.lost or self.applied != again:
                 return
             try:
                 self.apply(module)
             except ModelInputError:
-                # The patch never took: forget it, so a corrected patch() can follow.
-                if _installed.get(self.target) is self:
+                if again:
+                    self.lost = True
+                elif _installed.get(self.target) is self:  # it never took: let a new patch() in
                     del _installed[self.target]
                 raise
 
     def stop(self) -> None:
-        from ._follow import stop_following
-
+        """Put back what the patch replaced; the sessions of models it guarded stop following."""
         self.cancelled = True
         for step in reversed(self.undo_steps):
             step()
         self.undo_steps.clear()
-        stop_following(self)  # the sessions of models it guarded stop being followed
-        for key in [key for key, owner in _owners.items() if owner is self]:
-            del _owners[key]
-
-    def reapply(self, module: types.ModuleType) -> None:
-        """Apply the patch to `module` executed again (a reload) while it is in place.
-
-        What the earlier application replaced stays replaced (other modules
-        may still hold it), and `undo()` restores both.
-        """
-        if self.cancelled or not self.applied or self.lost:
-            return
-        try:
-            self.apply(module)
-        except ModelInputError:
-            self.lost = True
-            raise
+        stop_following(self)
 
     def apply(self, module: types.ModuleType) -> None:
+        """Patch the target in `module`."""
         try:
             owner, name, original = wrapt.resolve_path(module, self.path)
         except wrapt.PathResolutionError as error:
@@ -393,66 +347,48 @@ class _Installation:
                 f"patch({self.target!r}): {error.__cause__ or error}. Check the target's "
                 "spelling and the version of the package that defines it."
             ) from None
-        if _owners.get(id(original)) is self or self._patched_already(original):
-            pass  # put there by this patch (a reloaded module that re-imports it) or another
+        other = _patch_of(original)
+        if other is not None:  # this patch's (a reload re-imported it) or another name's
+            if other.options != self.options:
+                raise ModelInputError(
+                    f"patch({self.target!r}): it is already patched as {other.target!r} with "
+                    f"other options ({other.options}); patch it with those, or undo that patch."
+                )
         elif not isinstance(original, type) and (why := _not_patchable(original)):
             raise ModelInputError(
                 f"patch({self.target!r}): {self.target} is {why}. patch() guards Python "
                 "functions, classes and methods; guard a Python function of yours that "
                 "calls it with device_guard instead."
             )
-        elif isinstance(owner, type) and "." in self.path:
-            self._patch_method(owner, name)
-        elif isinstance(original, type):
-            self._patch_class(original)
-        else:
-            self._patch_function(module, original)
-        self.applied = True
-
-    def _patched_already(self, value: object) -> bool:
-        """Whether another patch (of this object under another name) put `value` there."""
-        other = _owners.get(id(value))
-        if other is None or other is self:
-            return False
-        if other.options != self.options:
-            raise ModelInputError(
-                f"patch({self.target!r}): it is already patched as {other.target!r} with "
-                f"other options ({other.options}); patch it with those, or undo that patch."
-            )
-        return True
-
-    def _patch_class(self, cls: type) -> None:
-        existing = guarded_options(cls)
-        if is_guarded(cls) and existing is not None:  # by device_guard in its source: it stays
-            if existing != self.options:
+        elif isinstance(original, type) and not isinstance(owner, type):
+            guard = class_guard(original)  # one guarded by device_guard in its source stays
+            if guard is None:
+                guard_class(original, self.options, origin=self)
+                self.undo_steps.append(functools.partial(unguard_class, original))
+            elif guard.options != self.options:
                 raise ModelInputError(
                     f"patch({self.target!r}): the class is already guarded with other "
-                    f"options ({existing}); patch it with those, or not at all."
+                    f"options ({guard.options}); patch it with those, or not at all."
                 )
-            return
-        guard_class(cls, self.options, origin=self)
-        _owners[id(cls)] = self
-        self.undo_steps.append(lambda: unguard_class(cls))
+        else:
+            self._wrap(owner, name, original)
+        self.applied = True
 
-    def _patch_method(self, owner: type, name: str) -> None:
+    def _wrap(self, owner: object, name: str, original: object) -> None:
+        """Wrap a method on its class, or a function in its module and every copy of it."""
         wrapper = wrapt.wrap_object(owner, name, PatchedFunction, (self.target, self.options, self))
-        _owners[id(wrapper)] = self
-        self.undo_steps.append(lambda: _unwrap(owner, name, wrapper))
-
-    def _patch_function(self, module: types.ModuleType, function: Any) -> None:
-        wrapper = wrapt.wrap_object(
-            module, self.path, PatchedFunction, (self.target, self.options, self)
-        )
-        for namespace, name in _references(function):
-            namespace[name] = wrapper
-        _owners[id(wrapper)] = self
+        copies = not isinstance(owner, type)
+        for namespace, key in _references(original) if copies else []:
+            namespace[key] = wrapper
 
         def restore() -> None:
-            _unwrap(module, self.path, wrapper)
+            # Wrapped since by a plain function: theirs stays, and ours still guards under it.
+            with contextlib.suppress(wrapt.WrapperNotOutermostError):
+                wrapt.unwrap_object(owner, name, wrapper, missing_ok=True)
             # Every other module that holds the wrapper got it from this patch: the
             # copies replaced above and modules imported while it was in place.
-            for namespace, name in _references(wrapper):
-                namespace[name] = function
+            for namespace, key in _references(wrapper) if copies else []:
+                namespace[key] = original
 
         self.undo_steps.append(restore)
 
@@ -460,12 +396,11 @@ class _Installation:
 def _not_patchable(value: object) -> str | None:
     """Why `value` cannot be patched, or `None` when it can (a class is checked elsewhere).
 
-    A Python function (or a wrapt wrapper around one, which has its
-    `__code__`), a class or static method of one, an instance of a Python
-    class that defines `__call__`, or a `functools.partial` of any of these,
-    or a C wrapper that names one as its `__wrapped__` (`functools.lru_cache`)
-    can be. A builtin, a method descriptor or any other callable written in C
-    cannot: such objects are shared by every module that imports them.
+    Python code can: a function (or a wrapt wrapper, which has its
+    `__code__`), a class or static method, a `functools.partial` or a C
+    wrapper (`functools.lru_cache`) around one, an instance of a class that
+    defines `__call__` in Python. A builtin or other C callable cannot: it is
+    shared by every module that imports it.
     """
     function = value.__func__ if isinstance(value, classmethod | staticmethod) else value
     if isinstance(function, functools.partial):
@@ -475,56 +410,32 @@ def _not_patchable(value: object) -> str | None:
     wrapped = getattr(function, "__wrapped__", None)
     if wrapped is not None and wrapped is not function:
         return _not_patchable(wrapped)
-    native = (
-        types.BuiltinFunctionType,
-        types.MethodDescriptorType,
-        types.WrapperDescriptorType,
-        types.MethodWrapperType,
-        types.ClassMethodDescriptorType,
-    )
-    if isinstance(function, native):
-        return (
-            f"{short_repr(function)}, a {type(function).__name__} written in C: such an "
-            "object is shared by every module that imports it"
-        )
     if not callable(function):
         return f"a {type(function).__name__}, not a function, class or method"
-    call = inspect.getattr_static(type(function), "__call__", None)
-    if isinstance(call, types.FunctionType):
+    if isinstance(inspect.getattr_static(type(function), "__call__", None), types.FunctionType):
         return None
-    return f"a {type(function).__name__}, a callable written in C, not Python code"
+    return (
+        f"{short_repr(function)}, a {type(function).__name__} written in C: such an "
+        "object is shared by every module that imports it"
+    )
 
 
 class _ReloadFinder(importlib.abc.MetaPathFinder):
-    """Applies a module's patches again when the module is executed again (a reload).
-
-    It sits first on `sys.meta_path` and answers only for a module that has
-    a patch in place: it asks the finders after it for the spec, and wraps
-    the spec's loader in a `_ReapplyingLoader`. For every other module it
-    returns `None` at once, and the import goes on as if it were not there.
-    """
+    """Answers only for a module with a patch in place: its spec, with a `_ReapplyingLoader`."""
 
     @classmethod
     def install(cls) -> None:
         if not any(isinstance(finder, cls) for finder in sys.meta_path):
             sys.meta_path.insert(0, cls())
 
-    def find_spec(
-        self,
-        fullname: str,
-        path: Any = None,
-        target: types.ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
-        if not any(
-            installation.module_name == fullname and installation.applied
-            for installation in list(_installed.values())
-        ):
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
+        if not any(i.module_name == fullname and i.applied for i in list(_installed.values())):
             return None
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
             if finder is self or find is None:
                 continue
-            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
+            spec: ModuleSpec | None = find(fullname, path, target)
             if spec is not None:
                 if hasattr(spec.loader, "exec_module"):
                     spec.loader = _ReapplyingLoader(spec.loader, fullname)  # type: ignore[assignment]
@@ -548,22 +459,15 @@ class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
             spec.loader = self.__wrapped__
         self.__wrapped__.exec_module(module)
         with _lock:
-            installations = [i for i in _installed.values() if i.module_name == self._self_name]
             failure: ModelInputError | None = None
-            for installation in installations:
-                try:
-                    installation.reapply(module)
-                except ModelInputError as error:
-                    failure = failure or error
+            for installation in list(_installed.values()):
+                if installation.module_name == self._self_name:
+                    try:
+                        installation.on_import(module, again=True)
+                    except ModelInputError as error:
+                        failure = failure or error
             if failure is not None:
                 raise failure
-
-
-def _unwrap(owner: object, name: str, wrapper: object) -> None:
-    """Put back what `wrapper` replaced, unless it was rebound or wrapped again since."""
-    # Wrapped since by a plain function: theirs stays, and ours still guards under it.
-    with contextlib.suppress(wrapt.WrapperNotOutermostError):
-        wrapt.unwrap_object(owner, name, wrapper, missing_ok=True)
 
 
 class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
@@ -575,18 +479,14 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         function = wrapped.__func__ if isinstance(wrapped, classmethod | staticmethod) else wrapped
         if inspect.iscoroutinefunction(function):
 
-            async def guard(
-                wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
-            ) -> Any:
+            async def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:
                 model = await wrapped(*args, **kwargs)
                 align_model(model, options, Call(wrapped, args, kwargs), origin)  # type: ignore[arg-type]
                 return model
 
         else:
 
-            def guard(  # type: ignore[misc]
-                wrapped: Callable[..., Any], instance: object, args: Any, kwargs: Any
-            ) -> Any:
+            def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:  # type: ignore[misc]
                 model = wrapped(*args, **kwargs)
                 align_model(model, options, Call(wrapped, args, kwargs), origin)  # type: ignore[arg-type]
                 return model
@@ -595,25 +495,22 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         super().__init__(wrapped, guard)
         self._self_target = target
         self._self_options = options
+        self._self_origin = origin
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
         return (_guarded_elsewhere, (self._self_target, self._self_options))
 
-    def __copy__(self) -> PatchedFunction:
+    def __deepcopy__(self, memo: object = None) -> PatchedFunction:
         return self
 
-    def __deepcopy__(self, memo: object) -> PatchedFunction:
-        return self
+    __copy__ = __deepcopy__
 
 
 class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
-    """A patched method bound to its class or instance; pickles as that lookup, guarded."""
+    """A patched method bound to its class or instance; pickles as that binding, guarded."""
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        parent = self._self_parent
-        owner = self._self_instance if self._self_instance is not None else self._self_owner
-        name = parent._self_target.rpartition(".")[2]
-        return (_bound_elsewhere, (parent._self_target, parent._self_options, owner, name))
+        return (_bound_elsewhere, (self._self_parent, self._self_instance, self._self_owner))
 
 
 PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: ignore[misc]
@@ -621,30 +518,19 @@ PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: igno
 
 def _guarded_elsewhere(target: str, options: GuardOptions) -> Any:
     """Unpickle a patched function: the target, as this process has it, guarded."""
-    module, _, path = target.partition(":")
-    original = wrapt.resolve_path(importlib.import_module(module), path)[2]
+    original = wrapt.resolve_path(*target.split(":"))[2]
     if isinstance(original, PatchedFunction):  # patched here too
         return original
     return PatchedFunction(original, target, options)
 
 
-def _bound_elsewhere(target: str, options: GuardOptions, owner: object, name: str) -> Any:
-    """Unpickle a patched method bound to `owner` (a class or an instance)."""
-    cls = owner if isinstance(owner, type) else type(owner)
-    current = inspect.getattr_static(cls, name, MISSING)
-    if isinstance(current, PatchedFunction):  # the class is patched here too
-        return getattr(owner, name)
-    wrapper = _guarded_elsewhere(target, options)
-    instance = None if isinstance(owner, type) else owner
-    return wrapper.__get__(instance, cls)
+def _bound_elsewhere(wrapper: PatchedFunction, instance: object, owner: type) -> Any:
+    """Unpickle a patched method bound to `instance` (`None`: to the class `owner`)."""
+    return wrapper.__get__(instance, owner)
 
 
 def _references(value: object) -> list[tuple[dict[str, Any], str]]:
-    """Every `(module namespace, name)` in the loaded modules that holds `value` itself.
-
-    Reads each module's `__dict__` directly, so a lazy module's `__getattr__`
-    never runs; a module whose namespace cannot be read is skipped.
-    """
+    """Every `(module namespace, name)` that holds `value` itself, read without `__getattr__`."""
     found: list[tuple[dict[str, Any], str]] = []
     for module in list(sys.modules.values()):
         if not isinstance(module, types.ModuleType):
