@@ -15,7 +15,7 @@ sessions, in `_follow`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import torch
@@ -103,16 +103,11 @@ class GuardOptions:
 
     def __str__(self) -> str:
         """The options that differ from the defaults, as keyword arguments."""
+        defaults = {**vars(Settings()), **vars(GuardOptions())}
         given = [
-            f"{item.name}={getattr(self.settings, item.name)!r}"
-            for item in fields(Settings)
-            if getattr(self.settings, item.name) is not None
-        ]
-        defaults = GuardOptions()
-        given += [
-            f"{item.name}={getattr(self, item.name)!r}"
-            for item in fields(self)
-            if item.name != "settings" and getattr(self, item.name) != getattr(defaults, item.name)
+            f"{name}={value!r}"
+            for name, value in {**vars(self.settings), **vars(self)}.items()
+            if name != "settings" and value != defaults[name]
         ]
         return ", ".join(given) if given else "no options"
 
@@ -143,16 +138,15 @@ def guard_options(  # noqa: PLR0913 - one keyword per documented option
     )
 
 
-_MODES: tuple[str, ...] = get_args(DeviceMismatchResolutionMode)
+_MODES: tuple[DeviceMismatchResolutionMode, ...] = get_args(DeviceMismatchResolutionMode)
 
 
 def check_mode(value: object) -> DeviceMismatchResolutionMode:
     """Return `value` if it is a resolution mode, else raise `ModelInputError`."""
-    if isinstance(value, str) and value == "fail":
-        return "fail"
-    if isinstance(value, str) and value == "fallback":
-        return "fallback"
-    choices = ", ".join(repr(mode) for mode in _MODES)
+    for mode in _MODES:
+        if isinstance(value, str) and value == mode:
+            return mode
+    choices = ", ".join(map(repr, _MODES))
     raise ModelInputError(f"resolution_mode must be one of {choices}; got {short_repr(value)}.")
 
 
@@ -165,10 +159,9 @@ def check_flag(name: str, value: object) -> bool:
     """
     if isinstance(value, bool):
         return value
-    kind = type(value)
-    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
+    kind, module = type(value), type(value).__module__
+    if module == "numpy" and kind.__name__ in ("bool", "bool_"):
         return bool(value)
-    module = kind.__module__
     label = kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
     raise ModelInputError(f"{name} must be True or False; got {label} {short_repr(value)}.")
 
@@ -176,7 +169,7 @@ def check_flag(name: str, value: object) -> bool:
 def _session_source(value: object) -> SessionSource:
     if value is None:
         return None
-    if callable(value) and not isinstance(value, str | type):
+    if callable(value) and not isinstance(value, type):
         return value
     paths = (value,) if isinstance(value, str) else value
     if (
