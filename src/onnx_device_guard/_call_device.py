@@ -55,11 +55,10 @@ class Call:
 def call_arguments(call: Call, model: object) -> dict[str, Any]:
     """The call's arguments by parameter name, defaults included.
 
-    Bound through `inspect.signature(factory)` (for a bound method, without
-    `self`/`cls`; for a class, its constructor's). Keyword arguments
-    collected by a `**kwargs` parameter are added under their own names
-    too, where no parameter has that name, so `use_cuda` passed through
-    `**kwargs` reads as `arguments["use_cuda"]`.
+    Bound through the factory's signature. Keyword arguments collected by a
+    `**kwargs` parameter are added under their own names too, where no
+    parameter has that name: `use_cuda` passed through `**kwargs` reads as
+    `arguments["use_cuda"]`.
     """
     factory = call.factory
     try:
@@ -88,12 +87,10 @@ Asked = list[tuple[torch.device, str]]
 def asked_devices(option: DeviceOption, call: Call | None, model: object, *, strict: bool) -> Asked:
     """The devices the call asks for: its `device` argument, then the `device=` option.
 
-    The call's `device` argument counts when it is given and not `None`
-    (`None` means "the package chooses": the model's attribute says what it
-    chose). `strict` is for a model without a device attribute, which the
-    call alone describes: then a value that is no device is an error; with
-    an attribute to go by, such a value (a package's own `"auto"` or `0`) is
-    left to the package, with a DEBUG record.
+    A `device` argument of `None` means "the package chooses" and is skipped.
+    `strict` is for a model without a device attribute, which the call alone
+    describes: a value that is no device is then an error; else such a value
+    (a package's own `"auto"` or `0`) is left to the package, with a DEBUG record.
     """
     fixed: Asked = [(option, "the device= option")] if isinstance(option, torch.device) else []
     if call is None:

@@ -7,11 +7,10 @@ Operators switch a whole process without code changes:
 * `ONNX_DEVICE_GUARD_WARN`: `1` (fallbacks at WARNING) or `0` (at DEBUG).
 
 The variables are read at first use (the first alignment or scope), not at
-import, so a bad value cannot stop `import onnx_device_guard` before the
-application has set up its logging; it raises `ModelInputError` naming the
-variable from that first use on, at every use until it is fixed. Once read
-without error they are kept (see `_policy.current_policy`): reading
-`os.environ` on every call would cost more than the whole check.
+import, so a bad value cannot stop `import onnx_device_guard` before logging
+is set up; it raises `ModelInputError` naming the variable at every use until
+fixed. Once read without error they are kept (see `_policy.current_policy`):
+reading `os.environ` on every call would cost more than the whole check.
 """
 
 from __future__ import annotations

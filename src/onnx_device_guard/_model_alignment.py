@@ -52,18 +52,14 @@ def align_model(
     """Align `model`'s device with its sessions; return the device they read.
 
     The sessions come from `options.session_attr` (by default `_session`,
-    `session`, then discovery). Every device that was asked for is checked,
-    in this order: the `device` argument of the `call` that returned the
-    model, the `device=` option, then the model's device attribute, which
-    gets the aligned device written back. The first that a session cannot
-    read is the one a message names: what the caller asked for comes before
-    what the model says about itself. A fallback is reported once, after the
-    write-back. With `options.follow`, the model then follows its sessions
-    (see `_follow`), its watches made for `origin`.
-
-    Returns `None`, and leaves the model as it is, when it holds no session
-    and `options.require_session` is off; it is then checked again when its
-    sessions appear (see `_lazy`).
+    `session`, then discovery). Every device asked for is checked, in order:
+    the `call`'s `device` argument, the `device=` option, then the model's
+    device attribute, which gets the aligned device written back; a message
+    names the first one a session cannot read. A fallback is reported once,
+    after the write-back. With `options.follow` the model then follows its
+    sessions (see `_follow`), its watches made for `origin`. A model without
+    a session is left as it is, `None` returned, when `options.require_session`
+    is off; it is checked again when its sessions appear (see `_lazy`).
     """
     factory = None if call is None else call.factory
     found = find_sessions(model, options.session_attr, factory)
@@ -148,8 +144,7 @@ class _Load:
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device with the sessions; the last aligned, the first fallback, its source.
 
-        A device asked for twice (the call's and the model's `cuda:0`) is
-        aligned once, under its first source.
+        A device asked for twice (the call's and the model's `cuda:0`) is aligned once.
         """
         names = [path for path, _ in sessions]
         first: tuple[Fallback | None, str] = (None, "")
@@ -188,11 +183,7 @@ class _Load:
 def _write_back(
     model: object, factory: object | None, attribute: DeviceAttribute, aligned: torch.device
 ) -> str:
-    """Write `aligned` to the model's device attribute; say what became of it.
-
-    Returns what a fallback report says instead of "Using ... instead" (an
-    empty string when the write went through).
-    """
+    """Write `aligned` to the device attribute; return "" or, read-only, the report's note."""
     current = attribute.value
     value: object = str(aligned) if isinstance(current, str) else aligned
     try:

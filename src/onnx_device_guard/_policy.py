@@ -98,10 +98,7 @@ def reread_environment() -> Settings:
 def in_force(explicit: Settings) -> tuple[DeviceMismatchResolutionMode, torch.device, bool]:
     """The mode, fallback device and `warn` a call uses: `explicit` over the policy in force."""
     merged = explicit.over(current_policy())
-    return cast(
-        tuple[DeviceMismatchResolutionMode, torch.device, bool],
-        (merged.resolution_mode, merged.fallback_device, merged.warn),
-    )
+    return merged.resolution_mode, merged.fallback_device, merged.warn  # type: ignore[return-value]
 
 
 class device_policy:  # noqa: N801 - a context manager, named like contextlib's
