@@ -1,15 +1,13 @@
 """The library's options, each kind one immutable value, checked in one place.
 
 * `Settings`: the resolution mode, fallback device and `warn` that a call, a
-  scope or the environment sets; `None` means "inherit from the enclosing
-  layer". `device_policy`, `aligned_device`, the guard and the core share it.
+  scope or the environment sets; `None` inherits from the enclosing layer.
 * `GuardOptions`: what `device_guard`, `patch` and `realign` are told about a
   model (where its sessions and device live, what the call asked for), plus its
   `Settings`. Built by `guard_options`, and only there.
 
-Both are plain configuration: they pickle, they compare by value, and they
-never hold run-time state (the sessions a model follows live beside the
-sessions, in `_follow`).
+Both are plain configuration: they pickle, compare by value, and never hold
+run-time state (what a model follows lives beside its sessions, in `_follow`).
 """
 
 from __future__ import annotations
@@ -172,20 +170,18 @@ def _session_source(value: object) -> SessionSource:
     if callable(value) and not isinstance(value, type):
         return value
     paths = (value,) if isinstance(value, str) else value
-    if (
-        isinstance(paths, tuple | list)
-        and paths
-        and all(
-            isinstance(path, str) and all(part.isidentifier() for part in path.split("."))
-            for path in paths
-        )
-    ):
+    if isinstance(paths, tuple | list) and paths and all(map(_is_path, paths)):
         return tuple(paths)
     raise ModelInputError(
         "session_attr must be an attribute name or a dotted path ('detector.infer.session'), "
         "a tuple of them, or a callable that takes the model and returns its session or "
         f"sessions; got {type(value).__name__} {short_repr(value)}."
     )
+
+
+def _is_path(path: object) -> bool:
+    """Whether `path` is an attribute name, or a dotted path of them."""
+    return isinstance(path, str) and all(part.isidentifier() for part in path.split("."))
 
 
 def _device_attr(value: object) -> str:

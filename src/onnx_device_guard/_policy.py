@@ -1,14 +1,12 @@
 """Scoped settings: `device_policy`, and the settings in force for a call.
 
-A scope is a `ContextVar` set on entry and set back to the enclosing scope on
-exit. A new thread starts outside every scope; an asyncio task starts inside
-those in force where it was created, and neither sees the other's later
-changes. Scopes must be left in the reverse order of entry: leaving one out of
-order (as a scope entered inside a generator and left after its consumer
-entered its own) raises `DeviceGuardError` instead of being repaired. The
-scope so left is never in force again, but the scopes entered after it keep
-what they inherited from it until they end. A process started with `fork`
-ignores the scopes it inherits, so every worker starts from the defaults.
+A scope is a `ContextVar` value that links to the scope it was entered in: set
+on entry, set back on exit (threads and tasks as `device_policy` says). A scope
+left out of order, as one entered inside a generator and left after its
+consumer entered its own, raises `DeviceGuardError` instead of being repaired:
+it is never in force again, but the scopes entered after it keep what they
+inherited from it until they end. A forked process ignores the scopes it
+inherits, so every worker starts from the defaults, whatever the start method.
 """
 
 from __future__ import annotations
