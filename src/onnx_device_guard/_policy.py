@@ -32,7 +32,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 _CURRENT: ContextVar[_Scope | None] = ContextVar("onnx_device_guard_scope", default=None)
 _generation = 0
 """Counts the forks this process descends from; scopes of an older generation are ignored."""
-_base: Settings | None = None
 
 
 @dataclass(eq=False)
@@ -74,12 +73,13 @@ def current_policy() -> Settings:
         ModelInputError: An `ONNX_DEVICE_GUARD_*` variable holds a bad value.
     """
     scope = _innermost()
-    if scope is not None:
-        return scope.settings
-    global _base
-    if _base is None:
-        _base = read_environment()  # a bad value is not kept: it raises at every use
-    return _base
+    return _defaults() if scope is None else scope.settings
+
+
+@functools.cache  # an exception is not cached: a bad value raises at every use
+def _defaults() -> Settings:
+    """The defaults outside every scope, read from the environment once."""
+    return read_environment()
 
 
 def reread_environment() -> Settings:
@@ -88,8 +88,7 @@ def reread_environment() -> Settings:
     Raises:
         ModelInputError: An `ONNX_DEVICE_GUARD_*` variable holds a bad value.
     """
-    global _base
-    _base = None
+    _defaults.cache_clear()
     return current_policy()
 
 
