@@ -166,11 +166,8 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         self._settings = settings(resolution_mode, fallback_device, warn)
 
     def __repr__(self) -> str:
-        own = self._settings
-        return (
-            f"device_policy(resolution_mode={own.resolution_mode!r}, "
-            f"fallback_device={own.fallback_device!r}, warn={own.warn!r})"
-        )
+        given = ", ".join(f"{name}={value!r}" for name, value in vars(self._settings).items())
+        return f"device_policy({given})"
 
     def __enter__(self) -> None:
         # The scope, not this instance, holds the state, so one instance can be
