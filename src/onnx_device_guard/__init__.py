@@ -12,14 +12,9 @@ binding. This package aligns the device up front:
 * `example_model`, the path of a tiny model to try all of it on;
 * `onnx-device-guard doctor`, a command that explains a mismatch.
 
-The modules, from the ground up: `_errors` and `_messages`; the core
-(`_devices`, `_providers`, `_alignment`); the options and scopes (`_options`,
-`_environment`, `_policy`); the model (`_discovery`, `_call_device`,
-`_model_alignment`); then `_follow`, `_classes`, `_guard` and `_patch`; the
-doctor (`_doctor`, `_cli`) on top. Each imports only from below.
-
 The names are imported on first use, so `import onnx_device_guard` (and the
-command line's `--help`) does not import torch.
+command line's `--help`) does not import torch. CONTRIBUTING.md shows the
+modules' layers.
 
 Documentation: https://onnx-device-guard.readthedocs.io/en/latest/
 """

@@ -1,11 +1,10 @@
 """The devices a factory call asks for: its own `device` argument, and the `device=` option.
 
-Many loaders take the device as an argument (`load(path, device="cuda")`),
-or as a flag (`use_cuda=True`), and some keep no device on the object they
-return, or keep one that already says `cpu`. The guard therefore checks what
-the call asked for, besides what the model says: the call's own `device`
-argument, bound through the factory's signature, and the `device=` option, a
-fixed device or a function of the call's arguments.
+Many loaders take the device as an argument (`load(path, device="cuda")`) or
+a flag (`use_cuda=True`), and some keep no device on the model they return,
+or one that already says `cpu`. So the guard checks what the call asked for
+too: the call's `device` argument, bound through the factory's signature, and
+the `device=` option, a fixed device or a function of the call's arguments.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -42,27 +41,24 @@ class Call:
         """
         if self.signature is None:
             return MISSING
-        parameters = self.signature.parameters
-        parameter = parameters.get("device")
         if "device" in self.kwargs:
             return self.kwargs["device"]
+        parameter = self.signature.parameters.get("device")
         if parameter is None:
             return None
-        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
-            position = list(parameters).index("device")
-            if position < len(self.args):
-                return self.args[position]
+        position = list(self.signature.parameters).index("device")
+        if parameter.kind <= parameter.POSITIONAL_OR_KEYWORD and position < len(self.args):
+            return self.args[position]
         return None if parameter.default is parameter.empty else parameter.default
 
 
 def call_arguments(call: Call, model: object) -> dict[str, Any]:
     """The call's arguments by parameter name, defaults included.
 
-    Bound through `inspect.signature(factory)` (for a bound method, without
-    `self`/`cls`; for a class, its constructor's). Keyword arguments
-    collected by a `**kwargs` parameter are added under their own names
-    too, where no parameter has that name, so `use_cuda` passed through
-    `**kwargs` reads as `arguments["use_cuda"]`.
+    Bound through the factory's signature. Keyword arguments collected by a
+    `**kwargs` parameter are added under their own names too, where no
+    parameter has that name: `use_cuda` passed through `**kwargs` reads as
+    `arguments["use_cuda"]`.
     """
     factory = call.factory
     try:
@@ -91,39 +87,34 @@ Asked = list[tuple[torch.device, str]]
 def asked_devices(option: DeviceOption, call: Call | None, model: object, *, strict: bool) -> Asked:
     """The devices the call asks for: its `device` argument, then the `device=` option.
 
-    The call's `device` argument counts when it is given and not `None`
-    (`None` means "the package chooses": the model's attribute says what it
-    chose). `strict` is for a model without a device attribute, which the
-    call alone describes: then a value that is no device is an error; with
-    an attribute to go by, such a value (a package's own `"auto"` or `0`) is
-    left to the package, with a DEBUG record.
+    A `device` argument of `None` means "the package chooses" and is skipped.
+    `strict` is for a model without a device attribute, which the call alone
+    describes: a value that is no device is then an error; else such a value
+    (a package's own `"auto"` or `0`) is left to the package, with a DEBUG record.
     """
+    fixed: Asked = [(option, "the device= option")] if isinstance(option, torch.device) else []
     if call is None:
-        if option is not None and not isinstance(option, torch.device):
+        if callable(option):
             raise ModelInputError(
                 f"device={factory_name(option)} is a callable of a factory call's arguments, "
                 "but there is no call here. Pass the device itself (device='cuda')."
             )
-        return [] if option is None else [(option, "the device= option")]
+        return fixed
     value = call.device_argument()
     arguments: dict[str, Any] = {}
     if value is MISSING or strict or callable(option):  # the whole call is needed
         try:
             arguments = call_arguments(call, model)
         except DeviceGuardError:
-            if strict or (option is not None and not isinstance(option, torch.device)):
+            if strict or callable(option):
                 raise
         value = arguments.get("device")  # the model's attribute says what it uses
-    asked: Asked = []
-    if value is not None:
-        device = _as_asked(value, "the call's device argument", model, call.factory, strict)
-        if device is not None:
-            asked.append((device, "the call's device argument"))
-    if isinstance(option, torch.device):
-        asked.append((option, "the device= option"))
-    elif option is not None:
-        asked.append(_from_callable(option, arguments, model, call.factory))
-    return asked
+    source = "the call's device argument"
+    device = None if value is None else _as_asked(value, source, model, call.factory, strict)
+    asked: Asked = [] if device is None else [(device, source)]
+    if callable(option):
+        return [*asked, _from_callable(option, arguments, model, call.factory)]
+    return asked + fixed
 
 
 def _from_callable(
@@ -146,26 +137,23 @@ def _from_callable(
             f"{describe(model, factory)}, and {source} gave None, which names no device "
             "(a loader's 'pick one for me'). Make it return the device the model really uses."
         )
-    device = _as_asked(value, source, model, factory, True)
-    assert device is not None  # strict: a value that is no device raised
-    return device, source
+    return cast(torch.device, _as_asked(value, source, model, factory, True)), source
 
 
 def _as_asked(
     value: object, source: str, model: object, factory: object, strict: bool
 ) -> torch.device | None:
     """`value` as a device, or (when not `strict`) `None` for a value that is no device."""
-    if isinstance(value, torch.device | str):
-        try:
-            return as_device(value, "device")
-        except ModelInputError:
-            if strict:
-                raise
-    elif strict:
-        raise ModelInputError(
-            f"{describe(model, factory)}, and {source} gave {type(value).__name__} "
-            f"{short_repr(value)}, not a torch.device or a string such as 'cuda:0'."
-        )
+    try:
+        return as_device(value, "device")
+    except ModelInputError:
+        if strict and isinstance(value, torch.device | str):
+            raise
+        if strict:
+            raise ModelInputError(
+                f"{describe(model, factory)}, and {source} gave {type(value).__name__} "
+                f"{short_repr(value)}, not a torch.device or a string such as 'cuda:0'."
+            ) from None
     logger.debug(
         "%s; %s is %s, which is no device torch parses: left to the package.",
         describe(model, factory),

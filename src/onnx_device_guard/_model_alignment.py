@@ -52,18 +52,14 @@ def align_model(
     """Align `model`'s device with its sessions; return the device they read.
 
     The sessions come from `options.session_attr` (by default `_session`,
-    `session`, then discovery). Every device that was asked for is checked,
-    in this order: the `device` argument of the `call` that returned the
-    model, the `device=` option, then the model's device attribute, which
-    gets the aligned device written back. The first that a session cannot
-    read is the one a message names: what the caller asked for comes before
-    what the model says about itself. A fallback is reported once, after the
-    write-back. With `options.follow`, the model then follows its sessions
-    (see `_follow`), its watches made for `origin`.
-
-    Returns `None`, and leaves the model as it is, when it holds no session
-    and `options.require_session` is off; it is then checked again when its
-    sessions appear (see `_lazy`).
+    `session`, then discovery). Every device asked for is checked, in order:
+    the `call`'s `device` argument, the `device=` option, then the model's
+    device attribute, which gets the aligned device written back; a message
+    names the first one a session cannot read. A fallback is reported once,
+    after the write-back. With `options.follow` the model then follows its
+    sessions (see `_follow`), its watches made for `origin`. A model without
+    a session is left as it is, `None` returned, when `options.require_session`
+    is off; it is checked again when its sessions appear (see `_lazy`).
     """
     factory = None if call is None else call.factory
     found = find_sessions(model, options.session_attr, factory)
@@ -81,8 +77,8 @@ class _Load:
     asked: Asked
     origin: Origin | None = None
 
-    def again(self, model: object) -> torch.device | None:
-        """Align `model` again: its sessions and device attribute read anew."""
+    def again(self, model: object, *change: object) -> torch.device | None:
+        """Align `model` again, its sessions and device attribute read anew (`change` unused)."""
         found = find_sessions(model, self.options.session_attr, self.factory)
         attribute = find_device_attribute(model, self.options.device_attr, self.factory)
         return self.align(model, found, attribute)
@@ -106,17 +102,20 @@ class _Load:
             )
             await_sessions(model, self.again)
             return None
-        names = [path for path, _ in sessions]
-        devices, (mode, fallback, warn) = self._devices(model, names, attribute)
+        checks: list[tuple[object, str]] = list(self.asked)
+        if attribute is not None:
+            checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
+        if not checks:
+            raise _no_device(model, factory)
+        try:
+            mode, fallback, warn = in_force(options.settings)  # a bad variable is named in context
+            devices = [(as_device(value, "device"), source) for value, source in checks]
+        except ModelInputError as error:
+            raise self._in_context(error, model, sessions, checks[-1][1]) from error
         if options.follow:
-            resolved = Settings(mode, fallback, warn)
-            watch(
-                model,
-                sessions,
-                lambda model, *change: self.fixed(resolved).again(model),
-                key=id(options),
-                origin=self.origin,
-            )
+            fixed = replace(options, settings=Settings(mode, fallback, warn), follow=False)
+            later = replace(self, options=fixed, origin=None)  # not followed again
+            watch(model, sessions, later.again, key=id(options), origin=self.origin)
         aligned, report, source = self._plan(model, sessions, devices, mode, fallback)
         if report is None:
             return aligned
@@ -135,28 +134,6 @@ class _Load:
         report_fallback(report, warn, details)
         return aligned
 
-    def fixed(self, settings: Settings) -> _Load:
-        """This load with `settings` fixed, as a later re-alignment runs it (not followed again)."""
-        options = replace(self.options, settings=settings, follow=False)
-        return replace(self, options=options, origin=None)
-
-    def _devices(
-        self, model: object, names: list[str], attribute: DeviceAttribute | None
-    ) -> tuple[
-        list[tuple[torch.device, str]], tuple[DeviceMismatchResolutionMode, torch.device, bool]
-    ]:
-        """The devices to check, in order, with where each came from; the settings in force."""
-        checks: list[tuple[object, str]] = list(self.asked)
-        if attribute is not None:
-            checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
-        if not checks:
-            raise _no_device(model, self.factory)
-        try:
-            settings = in_force(self.options.settings)  # a bad variable is named in context
-            return [(as_device(value, "device"), source) for value, source in checks], settings
-        except ModelInputError as error:
-            raise _in_context(error, model, self.factory, names, checks[-1][1]) from error
-
     def _plan(
         self,
         model: object,
@@ -167,8 +144,7 @@ class _Load:
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device with the sessions; the last aligned, the first fallback, its source.
 
-        A device asked for twice (the call's and the model's `cuda:0`) is
-        aligned once, under its first source.
+        A device asked for twice (the call's and the model's `cuda:0`) is aligned once.
         """
         names = [path for path, _ in sessions]
         first: tuple[Fallback | None, str] = (None, "")
@@ -181,7 +157,7 @@ class _Load:
                     [session for _, session in sessions], names, requested, mode, fallback
                 )
             except ModelInputError as error:
-                raise _in_context(error, model, self.factory, names, source) from error
+                raise self._in_context(error, model, sessions, source) from error
             except EnvironmentConfigurationError as error:
                 single = "" if len(names) > 1 else f"; session {names[0]!r}"
                 raise EnvironmentConfigurationError(
@@ -193,15 +169,21 @@ class _Load:
                 first = (planned, source)
         return aligned[devices[-1][0]], *first
 
+    def _in_context(
+        self, error: ModelInputError, model: object, sessions: list[tuple[str, object]], source: str
+    ) -> ModelInputError:
+        """`error`, its message naming the model, its sessions and where the device came from."""
+        return ModelInputError(
+            f"{describe(model, self.factory)}, with session attribute(s) "
+            f"{', '.join(repr(name) for name, _ in sessions)} and {source}: {error.message}",
+            help_url=error.help_url,
+        )
+
 
 def _write_back(
     model: object, factory: object | None, attribute: DeviceAttribute, aligned: torch.device
 ) -> str:
-    """Write `aligned` to the model's device attribute; say what became of it.
-
-    Returns what a fallback report says instead of "Using ... instead" (an
-    empty string when the write went through).
-    """
+    """Write `aligned` to the device attribute; return "" or, read-only, the report's note."""
     current = attribute.value
     value: object = str(aligned) if isinstance(current, str) else aligned
     try:
@@ -221,31 +203,20 @@ def _write_back(
     return ""
 
 
-def _in_context(
-    error: ModelInputError, model: object, factory: object | None, names: list[str], source: str
-) -> ModelInputError:
-    return ModelInputError(
-        f"{describe(model, factory)}, with session attribute(s) "
-        f"{', '.join(repr(name) for name in names)} and {source}: {error.message}",
-        help_url=error.help_url,
-    )
-
-
 def _no_session(
     model: object, factory: object | None, source: SessionSource, searched: tuple[str, ...]
 ) -> DeviceGuardError:
+    """The error for a model without a session, saying what was searched."""
     if isinstance(source, tuple):
         detail = (
             f" without the session attribute(s) {', '.join(repr(path) for path in source)} "
             f"named in session_attr={source!r}. Return a model that has them, fix "
-            "session_attr, or pass require_session=False for a model that opens its "
-            "sessions later (they are checked when they appear) or never."
+            "session_attr, or pass "
         )
     elif source is not None:
         detail = (
             f", and session_attr={factory_name(source)} found no session on it. Make the "
-            "callable return the model's session(s), or pass require_session=False for a "
-            "model that opens its sessions later (they are checked when they appear) or never."
+            "callable return the model's session(s), or pass "
         )
     else:
         shown = ", ".join(repr(path) for path in searched[:_SEARCHED_SHOWN])
@@ -255,10 +226,13 @@ def _no_session(
             f"get_providers() and run() among its instance attributes (searched {shown}"
             f"{f' and {more} more' if more > 0 else ''}). Return the model object, pass "
             "session_attr= naming the attribute (or dotted path) that holds its session, or "
-            "require_session=False for a model that opens its sessions later (they are "
-            "checked when they appear) or never."
         )
-    return _unusable(model, factory, detail)
+    return _unusable(
+        model,
+        factory,
+        detail + "require_session=False for a model that opens its sessions later (they are "
+        "checked when they appear) or never.",
+    )
 
 
 def _no_device(model: object, factory: object | None) -> DeviceGuardError:

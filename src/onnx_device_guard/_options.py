@@ -1,21 +1,19 @@
 """The library's options, each kind one immutable value, checked in one place.
 
 * `Settings`: the resolution mode, fallback device and `warn` that a call, a
-  scope or the environment sets; `None` means "inherit from the enclosing
-  layer". `device_policy`, `aligned_device`, the guard and the core share it.
+  scope or the environment sets; `None` inherits from the enclosing layer.
 * `GuardOptions`: what `device_guard`, `patch` and `realign` are told about a
   model (where its sessions and device live, what the call asked for), plus its
   `Settings`. Built by `guard_options`, and only there.
 
-Both are plain configuration: they pickle, they compare by value, and they
-never hold run-time state (the sessions a model follows live beside the
-sessions, in `_follow`).
+Both are plain configuration: they pickle, compare by value, and never hold
+run-time state (what a model follows lives beside its sessions, in `_follow`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import torch
@@ -103,16 +101,11 @@ class GuardOptions:
 
     def __str__(self) -> str:
         """The options that differ from the defaults, as keyword arguments."""
+        defaults = {**vars(Settings()), **vars(GuardOptions())}
         given = [
-            f"{item.name}={getattr(self.settings, item.name)!r}"
-            for item in fields(Settings)
-            if getattr(self.settings, item.name) is not None
-        ]
-        defaults = GuardOptions()
-        given += [
-            f"{item.name}={getattr(self, item.name)!r}"
-            for item in fields(self)
-            if item.name != "settings" and getattr(self, item.name) != getattr(defaults, item.name)
+            f"{name}={value!r}"
+            for name, value in {**vars(self.settings), **vars(self)}.items()
+            if name != "settings" and value != defaults[name]
         ]
         return ", ".join(given) if given else "no options"
 
@@ -143,16 +136,15 @@ def guard_options(  # noqa: PLR0913 - one keyword per documented option
     )
 
 
-_MODES: tuple[str, ...] = get_args(DeviceMismatchResolutionMode)
+_MODES: tuple[DeviceMismatchResolutionMode, ...] = get_args(DeviceMismatchResolutionMode)
 
 
 def check_mode(value: object) -> DeviceMismatchResolutionMode:
     """Return `value` if it is a resolution mode, else raise `ModelInputError`."""
-    if isinstance(value, str) and value == "fail":
-        return "fail"
-    if isinstance(value, str) and value == "fallback":
-        return "fallback"
-    choices = ", ".join(repr(mode) for mode in _MODES)
+    for mode in _MODES:
+        if isinstance(value, str) and value == mode:
+            return mode
+    choices = ", ".join(map(repr, _MODES))
     raise ModelInputError(f"resolution_mode must be one of {choices}; got {short_repr(value)}.")
 
 
@@ -165,10 +157,9 @@ def check_flag(name: str, value: object) -> bool:
     """
     if isinstance(value, bool):
         return value
-    kind = type(value)
-    if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
+    kind, module = type(value), type(value).__module__
+    if module == "numpy" and kind.__name__ in ("bool", "bool_"):
         return bool(value)
-    module = kind.__module__
     label = kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
     raise ModelInputError(f"{name} must be True or False; got {label} {short_repr(value)}.")
 
@@ -176,23 +167,21 @@ def check_flag(name: str, value: object) -> bool:
 def _session_source(value: object) -> SessionSource:
     if value is None:
         return None
-    if callable(value) and not isinstance(value, str | type):
+    if callable(value) and not isinstance(value, type):
         return value
     paths = (value,) if isinstance(value, str) else value
-    if (
-        isinstance(paths, tuple | list)
-        and paths
-        and all(
-            isinstance(path, str) and all(part.isidentifier() for part in path.split("."))
-            for path in paths
-        )
-    ):
+    if isinstance(paths, tuple | list) and paths and all(map(_is_path, paths)):
         return tuple(paths)
     raise ModelInputError(
         "session_attr must be an attribute name or a dotted path ('detector.infer.session'), "
         "a tuple of them, or a callable that takes the model and returns its session or "
         f"sessions; got {type(value).__name__} {short_repr(value)}."
     )
+
+
+def _is_path(path: object) -> bool:
+    """Whether `path` is an attribute name, or a dotted path of them."""
+    return isinstance(path, str) and all(part.isidentifier() for part in path.split("."))
 
 
 def _device_attr(value: object) -> str:

@@ -1,16 +1,12 @@
 """Scoped settings: `device_policy`, and the settings in force for a call.
 
-A scope is a `ContextVar` set on entry and reset with its token on exit, as
-`decimal.localcontext` and structlog's `bound_contextvars` do. A new thread
-starts outside every scope; an asyncio task starts inside the scopes in force
-where it was created, and neither sees the other's later changes. Scopes must
-be left in the reverse order of entry: leaving one out of order (as a scope
-entered inside a generator and left after its consumer entered its own) raises
-`DeviceGuardError` instead of being repaired. The scope so left is never in
-force again, but the scopes entered after it keep what they inherited from it
-until they end. A process started with `fork` inherits the parent's scopes as
-they were; they are ignored there, so every worker starts from the defaults,
-whatever the start method.
+A scope is a `ContextVar` value that links to the scope it was entered in: set
+on entry, set back on exit (threads and tasks as `device_policy` says). A scope
+left out of order, as one entered inside a generator and left after its
+consumer entered its own, raises `DeviceGuardError` instead of being repaired:
+it is never in force again, but the scopes entered after it keep what they
+inherited from it until they end. A forked process ignores the scopes it
+inherits, so every worker starts from the defaults, whatever the start method.
 """
 
 from __future__ import annotations
@@ -19,8 +15,8 @@ import functools
 import inspect
 import os
 from collections.abc import Callable
-from contextvars import ContextVar, Token
-from types import TracebackType
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import torch
@@ -33,33 +29,28 @@ from ._options import DeviceMismatchResolutionMode, Settings, settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_CURRENT: ContextVar[_Scope | None] = ContextVar("onnx_device_guard_scope", default=None)
+_generation = 0
+"""Counts the forks this process descends from; scopes of an older generation are ignored."""
 
+
+@dataclass(eq=False)
 class _Scope:
-    """One entered `device_policy`: the settings in force inside it, and how to leave it."""
+    """One entered `device_policy`: the settings in force inside it, and the scope it is in."""
 
-    __slots__ = ("ended", "generation", "outer", "owner", "settings", "token")
-
-    def __init__(self, settings: Settings, owner: object, outer: _Scope | None) -> None:
-        self.settings = settings
-        self.owner = owner
-        self.outer = outer
-        self.generation = _generation
-        self.ended = False
-        self.token: Token[_Scope | None] | None = None
+    settings: Settings
+    owner: device_policy
+    outer: _Scope | None
+    generation: int | None = field(default_factory=lambda: _generation)
+    """The process generation it was entered in; `None` once left out of order."""
 
 
 def _innermost() -> _Scope | None:
     """The innermost scope in force: not ended, and entered in this process."""
     scope = _CURRENT.get()
-    while scope is not None and (scope.ended or scope.generation != _generation):
+    while scope is not None and scope.generation != _generation:
         scope = scope.outer
     return scope
-
-
-_CURRENT: ContextVar[_Scope | None] = ContextVar("onnx_device_guard_scope", default=None)
-_generation = 0
-"""Counts the forks this process descends from; scopes of an older generation are ignored."""
-_base: Settings | None = None
 
 
 def _forked() -> None:
@@ -82,12 +73,13 @@ def current_policy() -> Settings:
         ModelInputError: An `ONNX_DEVICE_GUARD_*` variable holds a bad value.
     """
     scope = _innermost()
-    if scope is not None:
-        return scope.settings
-    global _base
-    if _base is None:
-        _base = read_environment()  # a bad value is not kept: it raises at every use
-    return _base
+    return _defaults() if scope is None else scope.settings
+
+
+@functools.cache  # an exception is not cached: a bad value raises at every use
+def _defaults() -> Settings:
+    """The defaults outside every scope, read from the environment once."""
+    return read_environment()
 
 
 def reread_environment() -> Settings:
@@ -96,18 +88,14 @@ def reread_environment() -> Settings:
     Raises:
         ModelInputError: An `ONNX_DEVICE_GUARD_*` variable holds a bad value.
     """
-    global _base
-    _base = None
+    _defaults.cache_clear()
     return current_policy()
 
 
 def in_force(explicit: Settings) -> tuple[DeviceMismatchResolutionMode, torch.device, bool]:
     """The mode, fallback device and `warn` a call uses: `explicit` over the policy in force."""
     merged = explicit.over(current_policy())
-    return cast(
-        tuple[DeviceMismatchResolutionMode, torch.device, bool],
-        (merged.resolution_mode, merged.fallback_device, merged.warn),
-    )
+    return merged.resolution_mode, merged.fallback_device, merged.warn  # type: ignore[return-value]
 
 
 class device_policy:  # noqa: N801 - a context manager, named like contextlib's
@@ -125,12 +113,12 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
 
     Scopes nest and must be left in the reverse order of entry (a `with`
     block does that). They live in a `contextvars.ContextVar`: a new thread
-    starts with the defaults, an asyncio task starts with the scope in force
-    where it was created, and neither ever sees another's changes. A process
-    pool's workers use their own defaults, also when started with `fork`
-    inside a scope. One instance may be entered any number of times, also
-    concurrently, and works as a decorator of plain and `async def`
-    functions; it pickles, so a decorated function can be sent to workers.
+    starts with the defaults, an asyncio task with the scope in force where
+    it was created, and neither sees another's changes. A process pool's
+    workers use their own defaults, also when forked inside a scope. One
+    instance may be entered any number of times, also concurrently, and
+    decorates plain and `async def` functions; it pickles, so a decorated
+    function can be sent to workers.
 
     Args:
         resolution_mode: `"fail"` or `"fallback"` (see
@@ -168,8 +156,6 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         onnx_device_guard.EnvironmentConfigurationError: ...
     """
 
-    __slots__ = ("_settings",)
-
     def __init__(
         self,
         *,
@@ -180,36 +166,16 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         self._settings = settings(resolution_mode, fallback_device, warn)
 
     def __repr__(self) -> str:
-        own = self._settings
-        return (
-            f"device_policy(resolution_mode={own.resolution_mode!r}, "
-            f"fallback_device={own.fallback_device!r}, warn={own.warn!r})"
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        own = self._settings
-        return (_rebuild, (own.resolution_mode, own.fallback_device, own.warn))
+        given = ", ".join(f"{name}={value!r}" for name, value in vars(self._settings).items())
+        return f"device_policy({given})"
 
     def __enter__(self) -> None:
-        scope = _Scope(self._settings.over(current_policy()), self, _innermost())
-        scope.token = _CURRENT.set(scope)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        # The scope, not this instance, holds the token, so one instance can be
+        # The scope, not this instance, holds the state, so one instance can be
         # entered recursively, from several threads and tasks at once.
-        innermost = _innermost()
-        if innermost is not None and innermost.owner is self and innermost.token is not None:
-            try:
-                _CURRENT.reset(innermost.token)
-            except ValueError:  # entered in a copy of this context (a task's)
-                _CURRENT.set(innermost.outer)
-            return
-        own = innermost
+        _CURRENT.set(_Scope(self._settings.over(current_policy()), self, _innermost()))
+
+    def __exit__(self, *exc_info: object) -> None:
+        innermost = own = _innermost()
         while own is not None and own.owner is not self:
             own = own.outer
         if own is None:
@@ -218,7 +184,10 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
                 "in force are left as they are. Enter and leave a device_policy in the same "
                 "thread or task, with a `with` block."
             )
-        own.ended = True
+        if own is innermost:
+            _CURRENT.set(own.outer)
+            return
+        own.generation = None
         raise DeviceGuardError(
             f"Leaving {self!r} out of order: a scope entered after it is still in force "
             "(a scope entered inside a generator and left after its consumer entered "
@@ -283,13 +252,3 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
                 return function(*args, **kwargs)
 
         return cast(F, scoped)
-
-
-def _rebuild(
-    resolution_mode: DeviceMismatchResolutionMode | None,
-    fallback_device: torch.device | None,
-    warn: bool | None,
-) -> device_policy:
-    return device_policy(
-        resolution_mode=resolution_mode, fallback_device=fallback_device, warn=warn
-    )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from importlib.resources import files
-from pathlib import Path
+import atexit
+from contextlib import ExitStack
+from importlib.resources import as_file, files
 
-_copy: Path | None = None
+_extracted = ExitStack()
+"""A model copied out of a zip install, removed when the interpreter exits."""
+atexit.register(_extracted.close)
+_path: str | None = None
 
 
 def example_model() -> str:
@@ -33,13 +35,8 @@ def example_model() -> str:
         >>> [(model_input.name, model_input.shape) for model_input in session.get_inputs()]
         [('x', ['batch', 4])]
     """
-    global _copy
-    shipped = files("onnx_device_guard") / "data" / "tiny.onnx"
-    if isinstance(shipped, Path):  # installed as plain files, as pip does
-        return str(shipped)
-    if _copy is None:  # inside a zip: copy it out once
-        folder = Path(tempfile.mkdtemp(prefix="onnx-device-guard-"))
-        _copy = folder / "tiny.onnx"
-        with shipped.open("rb") as source, _copy.open("wb") as target:
-            shutil.copyfileobj(source, target)
-    return str(_copy)
+    global _path
+    if _path is None:  # as_file copies the model out of a zip install, once
+        shipped = files("onnx_device_guard") / "data" / "tiny.onnx"
+        _path = str(_extracted.enter_context(as_file(shipped)))
+    return _path
