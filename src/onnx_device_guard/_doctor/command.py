@@ -104,7 +104,13 @@ def make_plan(args: argparse.Namespace) -> Plan:
     settings = read_environment()  # every field is filled in: the built-in defaults are beneath
     device = None if args.device is None else parse_device(args.device)
     providers = None if args.providers is None else list(map(parse_provider, args.providers))
-    options = inference_options(args)
+    options = InferenceOptions(
+        overrides={override.name: override for override in map(parse_input_option, args.input)},
+        dims=dict(map(parse_dim_option, args.dim)),
+        max_bytes=(args.max_input_mib or DEFAULT_MAX_INPUT_MIB) * MIB,
+        run=not args.no_inference,
+        timeout=args.timeout,
+    )
     targets: tuple[Target, ...] = tuple(expand(args.models)) if args.models else (None,)
     env, ort = environment()
     providers = providers or [(name, {}) for name in env.available_providers]
@@ -113,15 +119,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if strict_by is None and settings.resolution_mode == "fail":
         strict_by = f"{RESOLUTION_MODE}=fail"
     default = torch.device("cuda" if env.torch_cuda_device_count else "cpu")
+    fallback = cast(torch.device, settings.fallback_device)
     return Plan(
-        check=Check(
-            ort=ort,
-            env=env,
-            device=device or default,
-            providers=providers,
-            fallback=cast(torch.device, settings.fallback_device),
-            options=options,
-        ),
+        check=Check(ort, env, device or default, providers, fallback, options),
         targets=targets,
         many=len(args.models) > 1 or any(map(is_directory, args.models)),
         json=args.json,
@@ -205,18 +205,6 @@ def parse_provider(text: str) -> ProviderSpec:
     return name, options
 
 
-def inference_options(args: argparse.Namespace) -> InferenceOptions:
-    """Return `--input`, `--dim`, `--max-input-mib`, `--no-inference` and `--timeout`, checked."""
-    overrides = {override.name: override for override in map(parse_input_option, args.input)}
-    return InferenceOptions(
-        overrides=overrides,
-        dims=dict(map(parse_dim_option, args.dim)),
-        max_bytes=(args.max_input_mib or DEFAULT_MAX_INPUT_MIB) * MIB,
-        run=not args.no_inference,
-        timeout=args.timeout,
-    )
-
-
 def check_names(plan: Plan) -> None:
     """Raise `ModelInputError` for an `--input` or `--dim` that does not fit the models.
 
@@ -233,13 +221,14 @@ def check_names(plan: Plan) -> None:
             declared = model_inputs(plan.check.ort, target)
         except ModelInputError:
             continue
-        if declared is None:  # names onnxruntime cannot decode: the check says so
-            continue
-        read_any = True
-        label = TINY_MODEL if target is None else display_path(target)
-        check_overrides(declared, plan.check.options.overrides, label)
-        inputs.update(dict.fromkeys(model_input.name for model_input in declared))
-        dims.update(dict.fromkeys(d for item in declared for d in item.dims if isinstance(d, str)))
+        if declared is not None:  # None: names onnxruntime cannot decode, the check says so
+            read_any = True
+            label = TINY_MODEL if target is None else display_path(target)
+            check_overrides(declared, plan.check.options.overrides, label)
+            inputs.update(dict.fromkeys(item.name for item in declared))
+            dims.update(
+                dict.fromkeys(d for item in declared for d in item.dims if isinstance(d, str))
+            )
     if not read_any:
         return
     whose = "of the models; they have" if plan.many else "of the model; it has"
