@@ -413,7 +413,5 @@ def _owners(facts: Facts) -> str:
 
 
 def _build(facts: Facts) -> str:
-    owners = facts.environment.module_owners
-    if owners:
-        return ", ".join(map(str, owners))
-    return f"onnxruntime {facts.environment.onnxruntime_version}"
+    env = facts.environment
+    return ", ".join(map(str, env.module_owners)) or f"onnxruntime {env.onnxruntime_version}"

@@ -1,21 +1,18 @@
 """What the command writes: the report on stdout, one-line errors on stderr, progress.
 
-A closed stdout pipe or a full disk becomes an exit status, never a
-traceback or Python's "Exception ignored" at exit; a closed stderr swallows
-errors rather than moving them to stdout; a closed descriptor 0, 1 or 2 is
-filled with /dev/null before a model file can take its number.
-
-A model's input names, its path and onnxruntime's messages are text the
-doctor did not write; printed raw, an escape sequence among them could clear
-the screen or forge a verdict, so `printable` escapes every control
+A closed stdout pipe or a full disk becomes an exit status, never a traceback
+or Python's "Exception ignored" at exit; a closed stderr swallows errors rather
+than moving them to stdout; a closed descriptor 0, 1 or 2 is filled with
+/dev/null before a model file can take its number. Text the doctor did not
+write (input names, paths, onnxruntime's messages) could hold escapes that
+clear the screen or forge a verdict: `printable` escapes every control
 character but the newline, as the JSON report's escapes do.
 
-Colour marks the verdict words only, so the report stays plain text for a
-pipe, a file or a screen reader: on a terminal unless `NO_COLOR` is set (any
-non-empty value), off a terminal when `FORCE_COLOR` is set, never with
-`--json`. Progress goes to stderr, and only when stderr is a terminal. The
-standard library covers all of this: `rich` would add a dependency and an
-import cost to every run for tables and spinners the report does not use.
+Colour marks the verdict words only, so the report stays plain text for a pipe,
+a file or a screen reader: on a terminal unless `NO_COLOR` is set (non-empty),
+off one when `FORCE_COLOR` is set, never with `--json`. Progress goes to stderr,
+only when it is a terminal. The standard library covers all of this; `rich`
+would cost a dependency and import time for tables and spinners unused here.
 """
 
 from __future__ import annotations
