@@ -249,14 +249,14 @@ def _plain(options: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]
     return {name: dict(values) for name, values in options.items()}
 
 
-def _wrap(text: str, *, indent: int, first: str = "", width: int = 88) -> str:
+def _wrap(text: str, *, indent: int, first: str = "") -> str:
     """Fill `text`, never breaking a `command` in backticks (textwrap keeps U+00A0)."""
     if not text.strip():
         return first.rstrip()
     text = re.sub(r"`[^`]+`", lambda span: span.group().replace(" ", "\u00a0"), text)
     filled = textwrap.fill(
         text,
-        width=max(width, indent + 40),
+        width=max(88, indent + 40),
         initial_indent=first,
         subsequent_indent=" " * indent,
         break_long_words=False,
