@@ -18,11 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
-from ._doctor.terminal import (
-    occupy_closed_standard_streams,
-    say_error,
-    tolerate_unencodable_output,
-)
+from ._doctor.terminal import occupy_closed_standard_streams, say_error, tolerate_unencodable_output
 
 PROG = "onnx-device-guard"
 

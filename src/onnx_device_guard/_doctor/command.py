@@ -48,13 +48,14 @@ from .render import (
 )
 from .terminal import (
     PREFIX,
-    Output,
+    OutputError,
     Progress,
     colour_wanted,
     is_terminal,
     paint,
     printable,
     say_error,
+    write_out,
 )
 
 Target = Path | ModelError | None
@@ -91,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     progress = Progress()
     try:
-        return _report(plan, Output(), progress)
+        return _report(plan, progress)
+    except OutputError as closed:
+        return closed.status
     finally:
         progress.close()
 
@@ -101,7 +104,13 @@ def make_plan(args: argparse.Namespace) -> Plan:
     settings = read_environment()  # every field is filled in: the built-in defaults are beneath
     device = None if args.device is None else parse_device(args.device)
     providers = None if args.providers is None else list(map(parse_provider, args.providers))
-    options = inference_options(args)
+    options = InferenceOptions(
+        overrides={override.name: override for override in map(parse_input_option, args.input)},
+        dims=dict(map(parse_dim_option, args.dim)),
+        max_bytes=(args.max_input_mib or DEFAULT_MAX_INPUT_MIB) * MIB,
+        run=not args.no_inference,
+        timeout=args.timeout,
+    )
     targets: tuple[Target, ...] = tuple(expand(args.models)) if args.models else (None,)
     env, ort = environment()
     providers = providers or [(name, {}) for name in env.available_providers]
@@ -110,15 +119,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if strict_by is None and settings.resolution_mode == "fail":
         strict_by = f"{RESOLUTION_MODE}=fail"
     default = torch.device("cuda" if env.torch_cuda_device_count else "cpu")
+    fallback = cast(torch.device, settings.fallback_device)
     return Plan(
-        check=Check(
-            ort=ort,
-            env=env,
-            device=device or default,
-            providers=providers,
-            fallback=cast(torch.device, settings.fallback_device),
-            options=options,
-        ),
+        check=Check(ort, env, device or default, providers, fallback, options),
         targets=targets,
         many=len(args.models) > 1 or any(map(is_directory, args.models)),
         json=args.json,
@@ -202,18 +205,6 @@ def parse_provider(text: str) -> ProviderSpec:
     return name, options
 
 
-def inference_options(args: argparse.Namespace) -> InferenceOptions:
-    """Return `--input`, `--dim`, `--max-input-mib`, `--no-inference` and `--timeout`, checked."""
-    overrides = {override.name: override for override in map(parse_input_option, args.input)}
-    return InferenceOptions(
-        overrides=overrides,
-        dims=dict(map(parse_dim_option, args.dim)),
-        max_bytes=(args.max_input_mib or DEFAULT_MAX_INPUT_MIB) * MIB,
-        run=not args.no_inference,
-        timeout=args.timeout,
-    )
-
-
 def check_names(plan: Plan) -> None:
     """Raise `ModelInputError` for an `--input` or `--dim` that does not fit the models.
 
@@ -230,13 +221,14 @@ def check_names(plan: Plan) -> None:
             declared = model_inputs(plan.check.ort, target)
         except ModelInputError:
             continue
-        if declared is None:  # names onnxruntime cannot decode: the check says so
-            continue
-        read_any = True
-        label = TINY_MODEL if target is None else display_path(target)
-        check_overrides(declared, plan.check.options.overrides, label)
-        inputs.update(dict.fromkeys(model_input.name for model_input in declared))
-        dims.update(dict.fromkeys(d for item in declared for d in item.dims if isinstance(d, str)))
+        if declared is not None:  # None: names onnxruntime cannot decode, the check says so
+            read_any = True
+            label = TINY_MODEL if target is None else display_path(target)
+            check_overrides(declared, plan.check.options.overrides, label)
+            inputs.update(dict.fromkeys(item.name for item in declared))
+            dims.update(
+                dict.fromkeys(d for item in declared for d in item.dims if isinstance(d, str))
+            )
     if not read_any:
         return
     whose = "of the models; they have" if plan.many else "of the model; it has"
@@ -251,23 +243,28 @@ def check_names(plan: Plan) -> None:
                 raise ModelInputError(f"{option} {name!r} matches no {what} {whose} {has}")
 
 
-def _report(plan: Plan, out: Output, progress: Progress) -> int:
+def _report(plan: Plan, progress: Progress) -> int:
     first, count = plan.targets[0], len(plan.targets)
     if count == 1 and isinstance(first, ModelError):  # a folder without models
-        return _single_error(plan, out, first)
-    if plan.many and not plan.json and not _write(plan, out, render_machine(plan.check.env)):
-        return out.status
+        return _single_error(plan, first)
+    if plan.many and not plan.json:
+        _write(plan, render_machine(plan.check.env))
     results: list[Facts | ModelError] = []
     for number, target in enumerate(plan.targets, start=1):
-        prefix = f"[{number}/{count}] " if count > 1 else ""
-        result = _check_one(plan, target, progress, prefix)
+        result = _check_one(plan, target, progress, f"[{number}/{count}] " if count > 1 else "")
         progress.clear()
-        results.append(result)
         if isinstance(result, ModelError) and count == 1:
-            return _single_error(plan, out, result)
-        if not plan.json and not _write(plan, out, _section(plan, result)):
-            return out.status
-    return _finish(plan, out, results)
+            return _single_error(plan, result)
+        results.append(result)
+        if not plan.json:
+            _write(plan, _section(plan, result))
+    strict = plan.strict_by is not None
+    if plan.json:
+        documents = [render_any_json(result, strict=strict) for result in results]
+        write_out(json.dumps(documents if plan.many else documents[0], indent=2) + "\n")
+    elif plan.many:
+        _write(plan, f"\nSummary:\n{render_summary(results, strict=strict)}")
+    return worst(status_of(result, strict=strict) for result in results)
 
 
 def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> Facts | ModelError:
@@ -288,12 +285,11 @@ def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> F
         return ModelError(shown, error.message)
 
 
-def _single_error(plan: Plan, out: Output, error: ModelError) -> int:
+def _single_error(plan: Plan, error: ModelError) -> int:
     """One model that cannot be checked: one line on stderr, and JSON if asked for."""
     say_error(PREFIX + error.message)
-    document = json.dumps(render_any_json(error, strict=False), indent=2)
-    if plan.json and not out.write(document + "\n"):
-        return out.status
+    if plan.json:
+        write_out(json.dumps(render_any_json(error, strict=False), indent=2) + "\n")
     return EXIT_BAD_INPUT
 
 
@@ -301,31 +297,18 @@ def _section(plan: Plan, result: Facts | ModelError) -> str:
     if isinstance(result, ModelError):
         section = render_error_section(result)
     else:
+        strict_by = plan.strict_by or "--strict"
         section = render_text(
             result,
             diagnose(result),
             strict=plan.strict_by is not None,
             machine=not plan.many,
-            strict_by=plan.strict_by or "--strict",
+            strict_by=strict_by,
         )
     return f"\n=== {result.model} ===\n{section}" if plan.many else section
 
 
-def _finish(plan: Plan, out: Output, results: list[Facts | ModelError]) -> int:
-    strict = plan.strict_by is not None
-    statuses = [status_of(result, strict=strict) for result in results]
-    if plan.json:
-        documents = [render_any_json(result, strict=strict) for result in results]
-        if not out.write(json.dumps(documents if plan.many else documents[0], indent=2) + "\n"):
-            return out.status
-    elif plan.many:
-        summary = render_summary(results, strict=strict)
-        if not _write(plan, out, f"\nSummary:\n{summary}"):
-            return out.status
-    return worst(statuses)
-
-
-def _write(plan: Plan, out: Output, text: str) -> bool:
+def _write(plan: Plan, text: str) -> None:
     """Write a piece of the text report: control characters escaped, verdicts coloured."""
     text = printable(text)
-    return out.write((paint(text) if plan.colour else text) + "\n")
+    write_out((paint(text) if plan.colour else text) + "\n")

@@ -43,6 +43,27 @@ _REQUIREMENTS_URL: Mapping[str, str] = {
     "MIGraphXExecutionProvider": f"{_EP_DOCS}MIGraphX-ExecutionProvider.html",
 }
 
+# Why a provider in the build may not load, by provider ({version}: onnxruntime's).
+_DROPPED_FIX: Mapping[str, str] = {
+    "TensorrtExecutionProvider": "The TensorRT libraries it needs are missing or mismatched: "
+    "install the TensorRT version this onnxruntime-gpu needs, or leave "
+    "TensorrtExecutionProvider out (CUDAExecutionProvider alone reads CUDA tensors).",
+    "CUDAExecutionProvider": "The CUDA or cuDNN libraries it needs are missing or of the wrong "
+    "major version. Install the ones onnxruntime {version} was built for (system-wide or as "
+    "nvidia-* pip packages), and call onnxruntime.preload_dlls() before creating the session "
+    "so that they are found.",
+    "GPU": "The GPU libraries {name} needs are missing or mismatched: install the versions "
+    "onnxruntime {version} was built for.",
+    "other": "Look at onnxruntime's messages for why {name} did not load, and install what it "
+    "needs.",
+}
+
+# What to allow, and what smaller, for the option that would make a bounded run conclusive.
+_ALLOW: Mapping[str, tuple[str, str]] = {
+    "--timeout": ("it more time", "inputs"),
+    "--max-input-mib": ("the inputs", "ones"),
+}
+
 FindingKind = Literal[
     "several-distributions",
     "provider-not-in-build",
@@ -97,9 +118,11 @@ def diagnose(facts: Facts) -> tuple[Finding, ...]:
         >>> [finding.kind for finding in diagnose(facts)]
         ['provider-not-in-build']
     """
+    available, running = set(facts.environment.available_providers), set(facts.session_providers)
+    lost = [name for name in dict.fromkeys(facts.requested_providers) if name not in running]
     return (
         *_distribution_findings(facts),
-        *_provider_findings(facts),
+        *[(_dropped if name in available else _not_in_build)(name, facts) for name in lost],
         *_device_findings(facts),
         *_torch_findings(facts),
         *_inference_findings(facts),
@@ -132,19 +155,16 @@ def verdict(facts: Facts) -> Verdict:
     could not run with the inputs tried (the device answer, `fell_back`,
     still holds). `fallback`: the device had to change. `ok`: none of these.
     """
-    if facts.inference.status == "failed":
-        return "failed"
-    if facts.inference.status == "inconclusive":
-        return "inconclusive"
+    if facts.inference.status in ("failed", "inconclusive"):
+        return facts.inference.status
     return "fallback" if facts.fell_back else "ok"
 
 
 def exit_code(facts: Facts, *, strict: bool) -> int:
-    """Return the command's exit status for `facts`.
+    """Return the command's exit status for `facts`: the first of 3, 1, 4 that applies, else 0.
 
-    3 when the inference failed on the device; else 1 when `strict` and the
-    device had to change; else 4 when the inference was inconclusive; else 0.
-    So `--strict`'s 1 is never hidden by an input problem.
+    3 when the inference failed on the device; 1 when `strict` and the
+    device had to change; 4 when the inference was inconclusive.
 
     Examples:
         >>> from onnx_device_guard._doctor.diagnosis import EXIT_PRECEDENCE
@@ -155,9 +175,7 @@ def exit_code(facts: Facts, *, strict: bool) -> int:
         return EXIT_FAILED
     if strict and facts.fell_back:
         return EXIT_STRICT
-    if facts.inference.status == "inconclusive":
-        return EXIT_INCONCLUSIVE
-    return EXIT_OK
+    return EXIT_INCONCLUSIVE if facts.inference.status == "inconclusive" else EXIT_OK
 
 
 def worst(statuses: Iterable[int]) -> int:
@@ -186,27 +204,23 @@ def headline(facts: Facts) -> str:
     if result == "failed":
         moved = f" (moved there from {requested!r})" if facts.fell_back else ""
         return f"FAILED: the test inference on {aligned!r}{moved} did not complete."
-    device_answer = _device_answer(facts)
-    if result == "inconclusive":
-        culprits = facts.inference.culprits
-        named = listed([repr(name) for name in culprits])
-        about = f" (input{'s' * (len(culprits) > 1)} {named})" if culprits else ""
-        return (
-            f"INCONCLUSIVE: {device_answer} But the test inference could not run with the "
-            f"inputs the doctor tried{about}."
-        )
-    return f"{result.upper()}: {device_answer}"
-
-
-def _device_answer(facts: Facts) -> str:
-    requested, aligned = str(facts.requested_device), str(facts.aligned_device)
+    provider = first_gpu_provider(facts.session_providers)
     if facts.fell_back:
         why = facts.mismatch.problem if facts.mismatch is not None else ""
-        return f"{requested!r} -> {aligned!r}. {why}".rstrip()
-    provider = first_gpu_provider(facts.session_providers)
-    if facts.aligned_device.type == "cuda" and provider is not None:
-        return f"the session runs {provider} and reads tensors on {aligned!r}."
-    return f"the session reads tensors on {aligned!r}."
+        answer = f"{requested!r} -> {aligned!r}. {why}".rstrip()
+    elif facts.aligned_device.type == "cuda" and provider is not None:
+        answer = f"the session runs {provider} and reads tensors on {aligned!r}."
+    else:
+        answer = f"the session reads tensors on {aligned!r}."
+    if result == "ok" or result == "fallback":
+        return f"{result.upper()}: {answer}"
+    culprits = facts.inference.culprits
+    named = listed([repr(name) for name in culprits])
+    about = f" (input{'s' * (len(culprits) > 1)} {named})" if culprits else ""
+    return (
+        f"INCONCLUSIVE: {answer} But the test inference could not run with the inputs the "
+        f"doctor tried{about}."
+    )
 
 
 # The causes, one group at a time.
@@ -225,15 +239,6 @@ def _distribution_findings(facts: Facts) -> list[Finding]:
         "one: onnxruntime-gpu for CUDA, onnxruntime for CPU only."
     )
     return [Finding("several-distributions", problem, fix, _INSTALL_URL)]
-
-
-def _provider_findings(facts: Facts) -> list[Finding]:
-    available, running = set(facts.environment.available_providers), set(facts.session_providers)
-    return [
-        (_dropped if name in available else _not_in_build)(name, facts)
-        for name in dict.fromkeys(facts.requested_providers)
-        if name not in running
-    ]
 
 
 def _not_in_build(name: str, facts: Facts) -> Finding:
@@ -265,22 +270,6 @@ def _not_in_build(name: str, facts: Facts) -> Finding:
         fix = f"Install the onnxruntime build that has it: `{uninstall}pip install {wanted}`"
         fix += f"{alone if wanted == 'onnxruntime-gpu' else ''}."
     return Finding("provider-not-in-build", problem, fix, _INSTALL_URL)
-
-
-# Why a provider in the build may not load, by provider ({version}: onnxruntime's).
-_DROPPED_FIX: Mapping[str, str] = {
-    "TensorrtExecutionProvider": "The TensorRT libraries it needs are missing or mismatched: "
-    "install the TensorRT version this onnxruntime-gpu needs, or leave "
-    "TensorrtExecutionProvider out (CUDAExecutionProvider alone reads CUDA tensors).",
-    "CUDAExecutionProvider": "The CUDA or cuDNN libraries it needs are missing or of the wrong "
-    "major version. Install the ones onnxruntime {version} was built for (system-wide or as "
-    "nvidia-* pip packages), and call onnxruntime.preload_dlls() before creating the session "
-    "so that they are found.",
-    "GPU": "The GPU libraries {name} needs are missing or mismatched: install the versions "
-    "onnxruntime {version} was built for.",
-    "other": "Look at onnxruntime's messages for why {name} did not load, and install what it "
-    "needs.",
-}
 
 
 def _dropped(name: str, facts: Facts) -> Finding:
@@ -376,13 +365,6 @@ def _torch_findings(facts: Facts) -> list[Finding]:
     return [Finding("torch-device-index", problem, fix)]
 
 
-# What to allow, and what smaller, for the option that would make a bounded run conclusive.
-_ALLOW: Mapping[str, tuple[str, str]] = {
-    "--timeout": ("it more time", "inputs"),
-    "--max-input-mib": ("the inputs", "ones"),
-}
-
-
 def _inference_findings(facts: Facts) -> list[Finding]:
     check, aligned = facts.inference, str(facts.aligned_device)
     if check.status == "failed":
@@ -431,7 +413,5 @@ def _owners(facts: Facts) -> str:
 
 
 def _build(facts: Facts) -> str:
-    owners = facts.environment.module_owners
-    if owners:
-        return ", ".join(map(str, owners))
-    return f"onnxruntime {facts.environment.onnxruntime_version}"
+    env = facts.environment
+    return ", ".join(map(str, env.module_owners)) or f"onnxruntime {env.onnxruntime_version}"

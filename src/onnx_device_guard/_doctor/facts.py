@@ -18,11 +18,10 @@ from .._alignment import Mismatch
 InferenceStatus = Literal["ok", "failed", "inconclusive", "skipped"]
 """How the test inference went.
 
-`ok`: it completed. `failed`: it failed on the device (a binding, copy or
-provider error). `inconclusive`: it failed in the model's own operators with
-every input the doctor tried, or the inputs would be too large; the device
-answer still holds. `skipped`: not attempted (`--no-inference`, or an input
-type torch cannot make).
+`ok`: it completed. `failed`: on the device (a binding, copy or provider
+error). `inconclusive`: the model's own operators refused every input tried,
+or the inputs would be too large; the device answer holds. `skipped`: not
+attempted (`--no-inference`, or an input type torch cannot make).
 """
 
 Verdict = Literal["ok", "fallback", "inconclusive", "failed"]
@@ -33,9 +32,8 @@ Verdict = Literal["ok", "fallback", "inconclusive", "failed"]
 class InstalledDistribution:
     """An installed distribution whose name starts with `onnxruntime` (or `ort-nightly`).
 
-    `provides_module` tells whether it installs the `onnxruntime` module
-    itself (`onnxruntime`, `onnxruntime-gpu`, `onnxruntime-directml`...)
-    rather than an add-on (`onnxruntime-extensions`, `onnxruntime-genai`).
+    `provides_module`: it installs the `onnxruntime` module itself (`onnxruntime-gpu`...),
+    not an add-on (`onnxruntime-extensions`, `onnxruntime-genai`).
     """
 
     name: str

@@ -16,6 +16,11 @@ from collections.abc import Mapping, Sequence
 from .diagnosis import Finding, diagnose, exit_code, headline, verdict
 from .facts import Environment, Facts, ModelError, one_line
 
+ROW_LIMIT = 2000
+"""The most characters a fact's row shows; the rest is counted, not printed."""
+
+_LABEL_WIDTH = len("requested providers") + 2
+
 
 def render_text(
     facts: Facts,
@@ -31,56 +36,39 @@ def render_text(
     for a report that shows them once above several models. `strict_by`
     names what made the run strict (the option, or the environment).
     """
-    rows = [("model", facts.model), *(_machine_rows(facts.environment) if machine else [])]
-    dropped = set(facts.requested_providers) - set(facts.session_providers)
-    rows += [
-        (
-            "requested providers",
-            _providers_line(
-                facts.requested_providers, facts.requested_provider_options, "=", dropped
-            ),
-        ),
-        (
-            "session providers",
-            _providers_line(facts.session_providers, facts.session_provider_options, " ", set()),
-        ),
-        ("requested device", str(facts.requested_device)),
-        ("aligned device", str(facts.aligned_device)),
-        ("inference", f"{facts.inference.status}: {facts.inference.detail}"),
-        ("seconds", f"{facts.seconds:.2f}"),
-    ]
-    lines = _rows(rows)
+    lines = _rows(
+        [
+            ("model", facts.model),
+            *(_machine_rows(facts.environment) if machine else []),
+            *_provider_rows(facts),
+            ("requested device", str(facts.requested_device)),
+            ("aligned device", str(facts.aligned_device)),
+            ("inference", f"{facts.inference.status}: {facts.inference.detail}"),
+            ("seconds", f"{facts.seconds:.2f}"),
+        ]
+    )
     messages = [*facts.onnxruntime_messages, *facts.environment.torch_messages]
     if messages or facts.omitted_messages:
         lines += ["", "What onnxruntime and torch said:"]
         lines += [_wrap(one_line(message), indent=4, first="  - ") for message in messages]
-        if facts.omitted_messages:
-            more = "more" if messages else "messages"
-            lines.append(
-                f"  (and {facts.omitted_messages} {more} not about providers, devices or a failure)"
-            )
+    if facts.omitted_messages:
+        more = "more" if messages else "messages"
+        lines.append(
+            f"  (and {facts.omitted_messages} {more} not about providers, devices or a failure)"
+        )
     lines += ["", _wrap(headline(facts), indent=0)]
     if strict and facts.fell_back and verdict(facts) != "failed":
         lines.append(f"{strict_by}: the device had to be changed, so the exit status is 1.")
     if facts.inference.suggestion:
+        suggestion = " ".join(facts.inference.suggestion)
         lines.append(
             _wrap(
-                "To get a conclusive answer, run again with "
-                f"`{' '.join(facts.inference.suggestion)}` or with inputs that fit (see below).",
+                f"To get a conclusive answer, run again with `{suggestion}` or with inputs that "
+                "fit (see below).",
                 indent=0,
             )
         )
-    if findings:
-        lines += [
-            "",
-            "Diagnosis:" if verdict(facts) != "ok" else "Notes (the device needs no change):",
-        ]
-        for number, finding in enumerate(findings, start=1):
-            lines.append(_wrap(finding.problem, indent=5, first=f"  {number}. "))
-            lines.append(_wrap(f"Fix: {finding.fix}", indent=5, first="     "))
-            if finding.help_url:
-                lines.append(f"     See: {finding.help_url}")
-    return "\n".join(lines)
+    return "\n".join(lines + _diagnosis_lines(facts, findings))
 
 
 def render_machine(env: Environment) -> str:
@@ -96,28 +84,22 @@ def render_error_section(error: ModelError) -> str:
 
 def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> str:
     """Return the table that ends a report on several models: one row per model."""
-    header = ("model", "verdict", "device", "inference", "exit", "seconds")
-    table: list[tuple[str, ...]] = [header]
+    table = [("model", "verdict", "device", "inference", "exit", "seconds")]
     folder = _common_folder([result.model for result in results])
     for result in results:
-        name = result.model[len(folder) :] if folder else result.model
         if isinstance(result, ModelError):
-            table.append((name, "error", "-", "-", "2", f"{result.seconds:.2f}"))
-            continue
-        device = str(result.requested_device)
-        if result.fell_back:
-            device += f" -> {result.aligned_device}"
-        table.append(
-            (
-                name,
+            row = ("error", "-", "-", "2")
+        else:
+            moved = f" -> {result.aligned_device}" if result.fell_back else ""
+            status = str(exit_code(result, strict=strict))
+            row = (
                 verdict(result),
-                device,
+                f"{result.requested_device}{moved}",
                 result.inference.status,
-                str(exit_code(result, strict=strict)),
-                f"{result.seconds:.2f}",
+                status,
             )
-        )
-    widths = [max(len(row[column]) for row in table) for column in range(len(header))]
+        table.append((result.model[len(folder) :], *row, f"{result.seconds:.2f}"))
+    widths = [max(map(len, column)) for column in zip(*table, strict=True)]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         for row in table
@@ -128,23 +110,14 @@ def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> st
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _common_folder(models: Sequence[str]) -> str:
-    """The folder all `models` lie in, with its trailing separator; '' if none or just '/'."""
-    if len(models) < 2 or not all(model.startswith(os.sep) for model in models):
-        return ""
-    folder = os.path.commonpath(models)
-    if folder in models:  # one model's own path: keep its name
-        folder = os.path.dirname(folder)
-    return "" if folder in ("", os.sep) else folder + os.sep
-
-
 def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) -> dict[str, object]:
     """Return the report as one JSON-ready object with the same facts as the text."""
     machine = {
         key: list(value) if isinstance(value, tuple) else value
         for key, value in dataclasses.asdict(facts.environment).items()
+        if key != "import_messages"
     }
-    torch_messages, _ = machine.pop("torch_messages"), machine.pop("import_messages")
+    torch_messages = machine.pop("torch_messages")
     return {
         "verdict": verdict(facts),
         "summary": headline(facts),
@@ -199,10 +172,7 @@ def render_any_json(result: Facts | ModelError, *, strict: bool) -> dict[str, ob
 
 
 def _machine_rows(env: Environment) -> list[tuple[str, str]]:
-    torch_line = env.torch_version + (
-        f" ({env.torch_gpu_build})" if env.torch_gpu_build else " (CPU-only build)"
-    )
-    torch_line += f", CUDA devices visible: {env.torch_cuda_device_count}"
+    built = f"({env.torch_gpu_build})" if env.torch_gpu_build else "(CPU-only build)"
     installed = ", ".join(
         str(dist) if dist.provides_module else f"{dist} (add-on)"
         for dist in env.installed_distributions
@@ -211,67 +181,82 @@ def _machine_rows(env: Environment) -> list[tuple[str, str]]:
         installed += "  <- more than one onnxruntime"
     return [
         ("onnx-device-guard", f"{env.onnx_device_guard_version}, Python {env.python}"),
-        ("torch", torch_line),
+        (
+            "torch",
+            f"{env.torch_version} {built}, CUDA devices visible: {env.torch_cuda_device_count}",
+        ),
         ("onnxruntime", env.onnxruntime_version),
         ("installed", installed or "(pip lists no onnxruntime distribution)"),
         ("available providers", ", ".join(env.available_providers)),
     ]
 
 
-_LABEL_WIDTH = len("requested providers") + 2
-
-
-ROW_LIMIT = 2000
-"""The most characters a fact's row shows; the rest is counted, not printed."""
-
-
-def _rows(rows: Sequence[tuple[str, str]]) -> list[str]:
+def _provider_rows(facts: Facts) -> list[tuple[str, str]]:
+    """The requested providers with their options, [dropped] if lost; the session's device_id."""
+    requested: list[str] = []
+    running: list[str] = []
+    for name in facts.requested_providers:
+        options = facts.requested_provider_options.get(name, {})
+        shown = ",".join(f"{key}={value}" for key, value in options.items())
+        shown = f" ({shown})" if shown else ""
+        dropped = "" if name in facts.session_providers else " [dropped]"
+        requested.append(f"{name}{shown}{dropped}")
+    for name in facts.session_providers:
+        device_id = facts.session_provider_options.get(name, {}).get("device_id")
+        running.append(name if device_id is None else f"{name} (device_id {device_id})")
     return [
-        _wrap(_cut(value), indent=2 + _LABEL_WIDTH, first=f"  {label:<{_LABEL_WIDTH}}")
-        for label, value in rows
+        ("requested providers", ", ".join(requested)),
+        ("session providers", ", ".join(running)),
     ]
 
 
-def _cut(value: str) -> str:
-    value = value.replace("\n", "\\x0a")  # a fact is one row, whatever a name holds
-    if len(value) <= ROW_LIMIT:
-        return value
-    return f"{value[:ROW_LIMIT]}... ({len(value) - ROW_LIMIT:,} more characters)"
+def _diagnosis_lines(facts: Facts, findings: tuple[Finding, ...]) -> list[str]:
+    """The numbered findings, each with its fix and link, under their heading."""
+    if not findings:
+        return []
+    ok = verdict(facts) == "ok"
+    lines = ["", "Notes (the device needs no change):" if ok else "Diagnosis:"]
+    for number, finding in enumerate(findings, start=1):
+        lines.append(_wrap(finding.problem, indent=5, first=f"  {number}. "))
+        lines.append(_wrap(f"Fix: {finding.fix}", indent=5, first="     "))
+        if finding.help_url:
+            lines.append(f"     See: {finding.help_url}")
+    return lines
 
 
-def _providers_line(
-    providers: tuple[str, ...],
-    options: Mapping[str, Mapping[str, str]],
-    separator: str,
-    dropped: set[str],
-) -> str:
-    parts = []
-    for name in providers:
-        text = name
-        device_id = options.get(name, {}).get("device_id")
-        if separator == "=":
-            shown = ",".join(f"{key}={value}" for key, value in options.get(name, {}).items())
-            text += f" ({shown})" if shown else ""
-        elif device_id is not None:
-            text += f" (device_id {device_id})"
-        if name in dropped:
-            text += " [dropped]"
-        parts.append(text)
-    return ", ".join(parts)
+def _common_folder(models: Sequence[str]) -> str:
+    """The folder all `models` lie in, with its trailing separator; '' if none or just '/'."""
+    if len(models) < 2 or not all(model.startswith(os.sep) for model in models):
+        return ""
+    folder = os.path.commonpath(models)
+    if folder in models:  # one model's own path: keep its name
+        folder = os.path.dirname(folder)
+    return "" if folder in ("", os.sep) else folder + os.sep
+
+
+def _rows(rows: Sequence[tuple[str, str]]) -> list[str]:
+    """Each fact on its own row (a newline in it escaped), cut to `ROW_LIMIT`, values aligned."""
+    lines = []
+    for label, value in rows:
+        value = value.replace("\n", "\\x0a")
+        if len(value) > ROW_LIMIT:
+            value = f"{value[:ROW_LIMIT]}... ({len(value) - ROW_LIMIT:,} more characters)"
+        lines.append(_wrap(value, indent=2 + _LABEL_WIDTH, first=f"  {label:<{_LABEL_WIDTH}}"))
+    return lines
 
 
 def _plain(options: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
     return {name: dict(values) for name, values in options.items()}
 
 
-def _wrap(text: str, *, indent: int, first: str = "", width: int = 88) -> str:
+def _wrap(text: str, *, indent: int, first: str = "") -> str:
     """Fill `text`, never breaking a `command` in backticks (textwrap keeps U+00A0)."""
     if not text.strip():
         return first.rstrip()
     text = re.sub(r"`[^`]+`", lambda span: span.group().replace(" ", "\u00a0"), text)
     filled = textwrap.fill(
         text,
-        width=max(width, indent + 40),
+        width=max(88, indent + 40),
         initial_indent=first,
         subsequent_indent=" " * indent,
         break_long_words=False,

@@ -1,22 +1,18 @@
 """What the command writes: the report on stdout, one-line errors on stderr, progress.
 
-A closed stdout pipe or a full disk becomes an exit status, never a
-traceback or Python's "Exception ignored" at exit; a closed stderr swallows
-errors rather than moving them to stdout; a closed descriptor 0, 1 or 2 is
-filled with /dev/null before a model file can take its number.
-
-A model's input names, its path and onnxruntime's messages are text the
-doctor did not write; printed raw, an escape sequence among them could
-clear the screen or forge a verdict. `printable` escapes every control
+A closed stdout pipe or a full disk becomes an exit status, never a traceback
+or Python's "Exception ignored" at exit; a closed stderr swallows errors rather
+than moving them to stdout; a closed descriptor 0, 1 or 2 is filled with
+/dev/null before a model file can take its number. Text the doctor did not
+write (input names, paths, onnxruntime's messages) could hold escapes that
+clear the screen or forge a verdict: `printable` escapes every control
 character but the newline, as the JSON report's escapes do.
 
-Colour marks the verdict words only, so the report stays plain text for a
-pipe, a file or a screen reader: on a terminal, unless `NO_COLOR` is set
-(any non-empty value), and also off a terminal when `FORCE_COLOR` is set;
-never with `--json`. Progress goes to stderr, and only when stderr is a
-terminal. The standard library covers all of this: `rich` would bring
-tables and spinners the report does not use, and a dependency and an import
-cost to every run.
+Colour marks the verdict words only, so the report stays plain text for a pipe,
+a file or a screen reader: on a terminal unless `NO_COLOR` is set (non-empty),
+off one when `FORCE_COLOR` is set, never with `--json`. Progress goes to stderr,
+only when it is a terminal. The standard library covers all of this; `rich`
+would cost a dependency and import time for tables and spinners unused here.
 """
 
 from __future__ import annotations
@@ -39,6 +35,12 @@ _COLOURS: Mapping[str, str] = {
     "ERROR": "31",
 }
 _VERDICT = re.compile(rf"^({'|'.join(_COLOURS)}):", re.MULTILINE)
+
+PREFIX = "onnx-device-guard doctor: error: "
+"""How the doctor's error lines start."""
+
+PIPE_CLOSED = 141
+"""The exit status when the reader of stdout went away (128 + SIGPIPE, as other tools give)."""
 
 
 def printable(text: str) -> str:
@@ -63,9 +65,7 @@ def colour_wanted(is_terminal: bool, environ: Mapping[str, str] | None = None) -
         False
     """
     environ = os.environ if environ is None else environ
-    if environ.get("NO_COLOR"):
-        return False
-    return bool(environ.get("FORCE_COLOR")) or is_terminal
+    return not environ.get("NO_COLOR") and (bool(environ.get("FORCE_COLOR")) or is_terminal)
 
 
 def paint(report: str) -> str:
@@ -88,13 +88,10 @@ class Progress:
     """
 
     def __init__(self, descriptor: int | None = None) -> None:
-        self._descriptor: int | None = None
         self._shown = False
-        try:
-            if descriptor is None and os.isatty(2):
-                descriptor = os.dup(2)
-        except OSError:
-            descriptor = None
+        if descriptor is None:
+            with contextlib.suppress(OSError):
+                descriptor = os.dup(2) if os.isatty(2) else None
         self._descriptor = descriptor
 
     @property
@@ -105,8 +102,7 @@ class Progress:
     def show(self, text: str) -> None:
         """Replace the progress line with `text` (cut to 79 characters)."""
         line = printable(text)
-        line = line if len(line) <= 79 else line[:76] + "..."
-        self._write(f"\r\x1b[2K{line}")
+        self._write(f"\r\x1b[2K{line if len(line) <= 79 else line[:76] + '...'}")
         self._shown = True
 
     def clear(self) -> None:
@@ -119,9 +115,9 @@ class Progress:
         """Clear the line and let go of the descriptor."""
         self.clear()
         if self._descriptor is not None:
-            descriptor, self._descriptor = self._descriptor, None
             with contextlib.suppress(OSError):
-                os.close(descriptor)
+                os.close(self._descriptor)
+            self._descriptor = None
 
     def _write(self, text: str) -> None:
         if self._descriptor is None:
@@ -132,51 +128,37 @@ class Progress:
             self._descriptor = None
 
 
-PREFIX = "onnx-device-guard doctor: error: "
-"""How the doctor's error lines start."""
+class OutputError(Exception):
+    """stdout cannot take the report; `status` is the exit status to give (2 or 141)."""
 
-PIPE_CLOSED = 141
-"""The exit status when the reader of stdout went away (128 + SIGPIPE, as other tools give)."""
-
-
-class Output:
-    """Writes the report to stdout, turning a closed pipe or a full disk into an exit status."""
-
-    def __init__(self) -> None:
-        self.status = 0
-
-    def write(self, text: str) -> bool:
-        """Write `text`; return False (with `status` set) when stdout cannot take it."""
-        stream = sys.stdout
-        if stream is None:
-            say_error(f"{PREFIX} cannot write the report: stdout is closed")
-            self.status = 2
-            return False
-        try:
-            stream.write(text)
-            stream.flush()
-        except BrokenPipeError:
-            silence_stdout()
-            self.status = PIPE_CLOSED
-            return False
-        except OSError as error:
-            silence_stdout()
-            reason = error.strerror or type(error).__name__
-            say_error(f"{PREFIX} cannot write the report to stdout: {reason}")
-            self.status = 2
-            return False
-        return True
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
 
 
-def silence_stdout() -> None:
-    """Point stdout at /dev/null, so that Python's own flush at exit has nothing to complain of.
+def write_out(text: str) -> None:
+    """Write `text` to stdout and flush; raise `OutputError` when stdout cannot take it.
 
-    What was buffered is dropped: nobody can read it any more.
+    Then stdout points at /dev/null, dropping what was buffered (nobody can
+    read it any more), so that Python's own flush at exit has nothing to
+    complain of.
     """
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+    if sys.stdout is None:
+        say_error(f"{PREFIX} cannot write the report: stdout is closed")
+        raise OutputError(2)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as error:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        if isinstance(error, BrokenPipeError):
+            raise OutputError(PIPE_CLOSED) from None
+        reason = error.strerror or type(error).__name__
+        say_error(f"{PREFIX} cannot write the report to stdout: {reason}")
+        raise OutputError(2) from None
 
 
 def say_error(line: str) -> None:
@@ -184,12 +166,11 @@ def say_error(line: str) -> None:
 
     Nothing goes to stdout instead.
     """
-    stream = sys.stderr
-    if stream is None:
+    if sys.stderr is None:
         return
     with contextlib.suppress(OSError, ValueError):
-        stream.write(printable(line).replace("\n", "\\x0a") + "\n")
-        stream.flush()
+        sys.stderr.write(printable(line).replace("\n", "\\x0a") + "\n")
+        sys.stderr.flush()
 
 
 def occupy_closed_standard_streams() -> None:
