@@ -102,7 +102,7 @@ def asked_devices(option: DeviceOption, call: Call | None, model: object, *, str
         return fixed
     value = call.device_argument()
     arguments: dict[str, Any] = {}
-    if value is MISSING or strict or callable(option):  # the whole call is needed
+    if value is MISSING or callable(option):  # the whole call is needed
         try:
             arguments = call_arguments(call, model)
         except DeviceGuardError:

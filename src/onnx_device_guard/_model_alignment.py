@@ -9,7 +9,7 @@ load is never missed.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -34,7 +34,6 @@ from ._options import (
     GuardOptions,
     SessionAttr,
     SessionSource,
-    Settings,
     guard_options,
 )
 from ._policy import in_force
@@ -76,6 +75,8 @@ class _Load:
     factory: object | None
     asked: Asked
     origin: Origin | None = None
+    in_force: tuple[DeviceMismatchResolutionMode, torch.device, bool] | None = None
+    """The mode, fallback device and `warn` a followed load was made with, kept for a change."""
 
     def again(self, model: object, *change: object) -> torch.device | None:
         """Align `model` again, its sessions and device attribute read anew (`change` unused)."""
@@ -108,13 +109,12 @@ class _Load:
         if not checks:
             raise _no_device(model, factory)
         try:
-            mode, fallback, warn = in_force(options.settings)  # a bad variable is named in context
+            mode, fallback, warn = self.in_force or in_force(options.settings)  # a bad variable
             devices = [(as_device(value, "device"), source) for value, source in checks]
         except ModelInputError as error:
             raise self._in_context(error, model, sessions, checks[-1][1]) from error
-        if options.follow:
-            fixed = replace(options, settings=Settings(mode, fallback, warn), follow=False)
-            later = replace(self, options=fixed, origin=None)  # not followed again
+        if options.follow and self.in_force is None:  # a change is not followed again
+            later = _Load(options, factory, self.asked, None, (mode, fallback, warn))
             watch(model, sessions, later.again, key=id(options), origin=self.origin)
         aligned, report, source = self._plan(model, sessions, devices, mode, fallback)
         if report is None:
