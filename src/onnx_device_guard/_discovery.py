@@ -357,7 +357,7 @@ class _Search:
 _Steps = tuple[tuple[bool, object], ...]
 """A path as steps: `(False, name)` reads an instance attribute, `(True, key)` an item."""
 
-_Shape = tuple[tuple[str, type, int], ...]
+_Shape = tuple[tuple[object, ...], tuple[type, ...], tuple[int, ...]]
 
 _LAYOUTS: weakref.WeakKeyDictionary[type, tuple[_Shape, tuple[tuple[str, _Steps], ...]]] = (
     weakref.WeakKeyDictionary()
@@ -367,9 +367,16 @@ _LAYOUTS: weakref.WeakKeyDictionary[type, tuple[_Shape, tuple[tuple[str, _Steps]
 
 def _shape(model: object) -> _Shape:
     """The names, types and container sizes of `model`'s own attributes."""
-    return tuple(
-        (name, type(value), len(value) if isinstance(value, _CONTAINERS) else -1)
-        for name, value in _instance_attributes(model)
+    cls = type(model)
+    dict_descriptor, slots = _layout(cls)
+    namespace = None if dict_descriptor is None or slots else dict_descriptor.__get__(model, cls)
+    if type(namespace) is not dict:  # slots, or an odd object: read as discovery reads it
+        namespace = dict(_instance_attributes(model))
+    values = namespace.values()
+    return (
+        tuple(namespace),
+        tuple(map(type, values)),
+        tuple(len(value) for value in values if isinstance(value, _CONTAINERS)),
     )
 
 
