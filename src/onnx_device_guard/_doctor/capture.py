@@ -68,6 +68,15 @@ def clean_messages(messages: Iterable[str], *, known: Iterable[str] = ()) -> tup
     Returns the messages kept, in order, and how many were left out as
     unrelated; those said elsewhere in the report (`known`, such as the
     inference's own error) are dropped and not counted.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.capture import clean_messages
+        >>> clean_messages([
+        ...     "Specified provider 'CUDAExecutionProvider' is not in available provider names.",
+        ...     "Specified provider 'CUDAExecutionProvider' is not in available provider names.",
+        ...     "[W:onnxruntime:, graph.cc:1 f] Removing initializer 'w'. It is not used.",
+        ... ])
+        (["Specified provider 'CUDAExecutionProvider' is not in available provider names."], 1)
     """
     known_keys = [_key(text) for text in known]
     said = set(known_keys)

@@ -62,7 +62,13 @@ Speech models take a sample rate of 16000; a count or a length rejects 0.
 
 
 def has_role(dim: str, role: str) -> bool:
-    """Whether the dimension named `dim` has `role` in `DIMENSION_ROLES`."""
+    """Whether the dimension named `dim` has `role` in `DIMENSION_ROLES`.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.inputs import has_role
+        >>> has_role("batch_size", "batch"), has_role("unk__214", "generated")
+        (True, True)
+    """
     return re.fullmatch(DIMENSION_ROLES[role], dim, re.IGNORECASE) is not None
 
 
@@ -143,6 +149,16 @@ def parse_input_option(text: str) -> InputOverride:
     SHAPE is dimensions joined by `x` (`1x3x224x224`), `[]` for a scalar, or
     empty for the model's own shape; VALUE fills the tensor (a number, `true`
     or `false`).
+
+    Examples:
+        >>> from onnx_device_guard._doctor.inputs import parse_input_option
+        >>> parse_input_option("x=1x3x224x224")
+        InputOverride(name='x', shape=(1, 3, 224, 224), value=None, text='x=1x3x224x224')
+        >>> parse_input_option("sr=:16000").value
+        16000
+        >>> parse_input_option("x=1x-3")
+        Traceback (most recent call last):
+        onnx_device_guard.ModelInputError: --input 'x=1x-3': ...
     """
     name, equals, rest = text.partition("=")
     usage = "use NAME=SHAPE[:VALUE], as in x=1x3x224x224 or sr=:16000"
@@ -181,7 +197,13 @@ def _parse_value(text: str, option: str) -> Number:
 
 
 def parse_dim_option(text: str) -> tuple[str, int]:
-    """Return `--dim`'s `NAME=N`, or raise `ModelInputError`."""
+    """Return `--dim`'s `NAME=N`, or raise `ModelInputError`.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.inputs import parse_dim_option
+        >>> parse_dim_option("height=64")
+        ('height', 64)
+    """
     name, equals, size = text.partition("=")
     try:
         number = int(size)
@@ -196,7 +218,18 @@ def parse_dim_option(text: str) -> tuple[str, int]:
 
 
 def default_value(model_input: ModelInput) -> Number:
-    """The value the doctor fills an input with when the user gives none."""
+    """The value the doctor fills an input with when the user gives none.
+
+    Examples:
+        >>> import torch
+        >>> from onnx_device_guard._doctor.inputs import ModelInput, default_value
+        >>> default_value(ModelInput("sr", (), torch.int64))
+        16000
+        >>> default_value(ModelInput("attention_mask", (None, None), torch.int64))
+        1
+        >>> default_value(ModelInput("x", (1, None), torch.float32))
+        0
+    """
     kind = "integer scalar" if model_input.one_integer else "tensor"
     kind = "bool" if model_input.dtype == torch.bool else kind
     for row_kind, pattern, value in DEFAULT_VALUES:
@@ -291,7 +324,13 @@ def _spec(
 
 
 def named_by_a_person(dim: str) -> bool:
-    """Whether a dimension's name means something (`height`), not one an exporter made up."""
+    """Whether a dimension's name means something (`height`), not one an exporter made up.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.inputs import named_by_a_person
+        >>> named_by_a_person("height"), named_by_a_person("unk__214")
+        (True, False)
+    """
     return not has_role(dim, "generated")
 
 
@@ -308,7 +347,15 @@ def make_tensors(specs: Sequence[InputSpec], device: torch.device) -> list[torch
 
 
 def mentioned_inputs(message: str, inputs: Sequence[ModelInput]) -> tuple[str, ...]:
-    """The inputs an onnxruntime error names (`input: x`, `'x'`), in declaration order."""
+    """The inputs an onnxruntime error names (`input: x`, `'x'`), in declaration order.
+
+    Examples:
+        >>> import torch
+        >>> from onnx_device_guard._doctor.inputs import ModelInput, mentioned_inputs
+        >>> inputs = [ModelInput("x", (None,), torch.float32), ModelInput("sr", (), torch.int64)]
+        >>> mentioned_inputs("Got invalid dimensions for input: sr for the following", inputs)
+        ('sr',)
+    """
     found = []
     for model_input in inputs:
         name = re.escape(model_input.name)

@@ -207,6 +207,16 @@ def align(
     A fallback goes to `fallback` (the library's `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`).
     Returns the aligned device and, when it differs from `device`, the core's
     explanation of the mismatch. Nothing is logged: the report says it all.
+
+    Examples:
+        >>> import torch
+        >>> from onnx_device_guard._doctor.probe import align
+        >>> class CPUSession:
+        ...     def get_providers(self):
+        ...         return ["CPUExecutionProvider"]
+        >>> aligned, mismatch = align(CPUSession(), torch.device("cuda:0"))
+        >>> aligned, mismatch.session_device
+        (device(type='cpu'), None)
     """
     with device_policy(warn=False):
         aligned = align_device_with_onnx_session(session, device, "fallback", fallback)
@@ -281,6 +291,15 @@ def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
     `known` is `onnxruntime.get_all_providers()`; the GPU-capable providers
     count as known too, since not every build lists them. The message suggests
     the closest known name.
+
+    Examples:
+        >>> from onnx_device_guard import ModelInputError
+        >>> from onnx_device_guard._doctor.probe import check_provider_names
+        >>> try:
+        ...     check_provider_names(["CUDAExecutonProvider"], ["CUDAExecutionProvider"])
+        ... except ModelInputError as error:
+        ...     print(error.message)
+        unknown execution provider 'CUDAExecutonProvider'; did you mean 'CUDAExecutionProvider'?
     """
     every = sorted({*known, *GPU_CAPABLE_EXECUTION_PROVIDERS})
     for name in names:
@@ -296,6 +315,18 @@ def suggest_provider(name: str, known: Iterable[str]) -> str | None:
 
     Case, the `ExecutionProvider` suffix and a few common short names
     (`cuda`, `gpu`, `trt`, `directml`) are forgiven before spelling.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.probe import suggest_provider
+        >>> known = ["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"]
+        >>> suggest_provider("CUDAExecutonProvider", known)
+        'CUDAExecutionProvider'
+        >>> suggest_provider("cuda", known)
+        'CUDAExecutionProvider'
+        >>> suggest_provider("TensorRTExecutionProvider", known)
+        'TensorrtExecutionProvider'
+        >>> suggest_provider("banana", known) is None
+        True
     """
     by_key = {provider.lower(): provider for provider in known}
     forgiven = {
