@@ -357,7 +357,8 @@ class _Search:
 _Steps = tuple[tuple[bool, object], ...]
 """A path as steps: `(False, name)` reads an instance attribute, `(True, key)` an item."""
 
-_Shape = tuple[tuple[object, ...], tuple[type, ...], tuple[int, ...]]
+_Shape = tuple[tuple[object, ...], tuple[type, ...], tuple[tuple[int, int], ...]]
+"""A model's own attributes: their names, their types, and the size of each container among them."""
 
 _LAYOUTS: weakref.WeakKeyDictionary[type, tuple[_Shape, tuple[tuple[str, _Steps], ...]]] = (
     weakref.WeakKeyDictionary()
@@ -365,50 +366,61 @@ _LAYOUTS: weakref.WeakKeyDictionary[type, tuple[_Shape, tuple[tuple[str, _Steps]
 """Per class, the shape of the last model searched in full, and where its sessions were."""
 
 
-def _shape(model: object) -> _Shape:
-    """The names, types and container sizes of `model`'s own attributes."""
+def _own_attributes(model: object) -> dict[Any, object]:
+    """`model`'s instance attributes as discovery reads them: its `__dict__` itself, if plain."""
     cls = type(model)
     dict_descriptor, slots = _layout(cls)
     namespace = None if dict_descriptor is None or slots else dict_descriptor.__get__(model, cls)
-    if type(namespace) is not dict:  # slots, or an odd object: read as discovery reads it
-        namespace = dict(_instance_attributes(model))
-    values = namespace.values()
-    return (
-        tuple(namespace),
-        tuple(map(type, values)),
-        tuple(len(value) for value in values if isinstance(value, _CONTAINERS)),
-    )
+    return namespace if type(namespace) is dict else dict(_instance_attributes(model))
 
 
 def _remember(model: object, steps: list[tuple[str, _Steps]]) -> None:
     """Remember where `model`'s sessions were found, when their paths can be followed again."""
     if steps and all(isinstance(key, str | int) for _, path in steps for _, key in path):
+        values = list(_own_attributes(model).items())
+        shape = (
+            tuple(name for name, _ in values),
+            tuple(type(value) for _, value in values),
+            tuple(
+                (index, len(value))
+                for index, (_, value) in enumerate(values)
+                if isinstance(value, _CONTAINERS)
+            ),
+        )
         with contextlib.suppress(TypeError):  # a class that takes no weak reference
-            _LAYOUTS[type(model)] = (_shape(model), tuple(steps))
+            _LAYOUTS[type(model)] = (shape, tuple(steps))
 
 
 def _remembered_sessions(
     model: object,
 ) -> tuple[list[tuple[str, object]], tuple[str, ...]] | None:
-    """The sessions at the paths remembered for `model`'s class, or `None` to search in full."""
+    """The sessions at the paths remembered for `model`'s class, or `None` to search in full.
+
+    Only a model whose own attributes have the remembered shape is read there.
+    """
     try:
-        shape, layout = _LAYOUTS[type(model)]
+        (names, kinds, sizes), layout = _LAYOUTS[type(model)]
     except (KeyError, TypeError):
         return None
-    if _shape(model) != shape:
+    namespace = _own_attributes(model)
+    values = list(namespace.values())
+    if (
+        tuple(namespace) != names
+        or tuple(map(type, values)) != kinds
+        or any(len(values[index]) != size for index, size in sizes)  # type: ignore[arg-type]
+    ):
         return None
     found = []
     for path, steps in layout:
-        value = _at(model, steps)
+        value = _at(namespace.get(steps[0][1], MISSING), steps[1:])
         if not is_session(value):
             return None
         found.append((path, value))
     return found, tuple(path for path, _ in layout)
 
 
-def _at(model: object, steps: _Steps) -> object:
-    """The value that `steps` lead to below `model`, or `MISSING`."""
-    value = model
+def _at(value: object, steps: _Steps) -> object:
+    """The value that `steps` lead to below `value`, or `MISSING`."""
     for is_item, key in steps:
         if not is_item:
             value = _instance_attribute(value, key)
