@@ -282,53 +282,45 @@ def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[st
     under the first path it was found at), and the attribute paths searched.
     """
     search = _Search(model)
-    level: list[tuple[object, str, _Steps]] = [(model, "", ())]
+    level: list[tuple[object, _Steps]] = [(model, ())]
     for depth in range(1, MAX_DEPTH + 1):
-        below: list[tuple[object, str, _Steps]] = []
-        for owner, owner_path, owner_steps in level:
-            prefix = f"{owner_path}." if owner_path else ""
+        below: list[tuple[object, _Steps]] = []
+        for owner, owner_steps in level:
             for name, value in _instance_attributes(owner):
                 steps = (*owner_steps, (False, name))
-                search.attribute(prefix + name, steps, value, below if depth < MAX_DEPTH else None)
+                search.attribute(steps, value, below if depth < MAX_DEPTH else None)
                 if search.budget < 0:
                     return search.result()
         level = below
-    found, searched = search.result()
-    _remember(model, search.steps)
-    return found, searched
+    _remember(model, search.found)
+    return search.result()
 
 
 class _Search:
     """One discovery's state: what it found, what it searched, what it has seen."""
 
     def __init__(self, model: object) -> None:
-        self.found: list[tuple[str, object]] = []
-        self.steps: list[tuple[str, _Steps]] = []
+        self.found: list[tuple[_Steps, object]] = []
         self.searched: list[str] = []
         self.seen = {id(model)}
         self.budget = MAX_VALUES
 
     def result(self) -> tuple[list[tuple[str, object]], tuple[str, ...]]:
-        return self.found, tuple(self.searched)
+        return [(_path(steps), session) for steps, session in self.found], tuple(self.searched)
 
     def attribute(
-        self,
-        path: str,
-        steps: _Steps,
-        value: object,
-        below: list[tuple[object, str, _Steps]] | None,
+        self, steps: _Steps, value: object, below: list[tuple[object, _Steps]] | None
     ) -> None:
         """Look at one attribute's value: a session, an object for `below`, or containers.
 
-        Item paths are written out only for what is kept: a session, or an
-        object to look into at the next level (`below`, `None` at the last).
+        `below` is `None` at the last level.
         """
-        self.searched.append(path)
+        self.searched.append(_path(steps))
         self.budget -= 1
         records: dict[type, int] = {}  # plain records seen per class, in this attribute
-        pending: list[tuple[tuple[object, ...], object, int]] = [((), value, 0)]
+        pending: list[tuple[_Steps, object, int]] = [(steps, value, 0)]
         while pending:
-            keys, item, nesting = pending.pop()
+            item_steps, item, nesting = pending.pop()
             if isinstance(item, _SCALARS):  # most attributes: nothing to look into
                 continue
             if isinstance(item, _CONTAINERS):
@@ -336,20 +328,19 @@ class _Search:
                     children = _items(item)
                     self.budget -= len(children)
                     pending.extend(
-                        ((*keys, key), child, nesting + 1) for key, child in reversed(children)
+                        ((*item_steps, (True, key)), child, nesting + 1)
+                        for key, child in reversed(children)
                     )
                 continue
             if id(item) in self.seen or isinstance(item, _LEAVES):
                 continue
             self.seen.add(id(item))
-            item_steps = (*steps, *((True, key) for key in keys))
             if is_session(item):
-                self.found.append((_item_path(path, keys), item))
-                self.steps.append((_item_path(path, keys), item_steps))
-            elif keys and _skipped_as_record(item, records):
+                self.found.append((item_steps, item))
+            elif nesting and _skipped_as_record(item, records):
                 continue
             elif below is not None:
-                below.append((item, _item_path(path, keys), item_steps))
+                below.append((item, item_steps))
 
 
 # --- remembered layouts ------------------------------------------------------
@@ -374,8 +365,9 @@ def _own_attributes(model: object) -> dict[Any, object]:
     return namespace if type(namespace) is dict else dict(_instance_attributes(model))
 
 
-def _remember(model: object, steps: list[tuple[str, _Steps]]) -> None:
+def _remember(model: object, found: list[tuple[_Steps, object]]) -> None:
     """Remember where `model`'s sessions were found, when their paths can be followed again."""
+    steps = [(_path(path), path) for path, _ in found]
     if steps and all(isinstance(key, str | int) for _, path in steps for _, key in path):
         values = list(_own_attributes(model).items())
         shape = (
@@ -484,9 +476,14 @@ def _items(container: object) -> list[tuple[object, object]]:
     return list(enumerate(tuple.__getitem__(container, slice(0, MAX_ITEMS))))  # type: ignore[call-overload]
 
 
-def _item_path(base: str, keys: tuple[object, ...]) -> str:
-    """`base` followed by a `[key]` for each key (`[...]` for keys other than str and int)."""
-    return base + "".join(f"[{key!r}]" if isinstance(key, str | int) else "[...]" for key in keys)
+def _path(steps: _Steps) -> str:
+    """How messages name a path: `a.b`, then `[key]` for each item (`[...]` for odd keys)."""
+    return "".join(
+        (f"[{key!r}]" if isinstance(key, str | int) else "[...]")
+        if is_item
+        else (f".{key}" if number else str(key))
+        for number, (is_item, key) in enumerate(steps)
+    )
 
 
 def _instance_attributes(owner: object) -> list[tuple[str, object]]:
