@@ -23,10 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ._call_device import Call
 from ._errors import DeviceGuardError, ModelInputError
-from ._lazy import stop_waiting
-from ._model_alignment import align_model
+from ._lazy import restore, stop_waiting
+from ._model_alignment import Call, align_model
 from ._options import GuardOptions
 
 C = TypeVar("C", bound=type)
@@ -114,11 +113,11 @@ def unguard_class(cls: type) -> None:
     if guard is None:
         return
     for subclass, init in reversed(guard.subclass_inits):
-        _restore(subclass, "__init__", init)
-    _restore(cls, "__init_subclass__", guard.init_subclass)
-    _restore(cls, "__init__", guard.init)
+        restore(subclass, "__init__", init)
+    restore(cls, "__init_subclass__", guard.init_subclass)
+    restore(cls, "__init__", guard.init)
     if _is_wrapper(cls.__dict__.get("__new__")):
-        _restore(cls, "__new__", guard.new)
+        restore(cls, "__new__", guard.new)
     type.__delattr__(cls, _GUARD)
     for klass in [cls, *_all_subclasses(cls)]:
         stop_waiting(klass)
@@ -171,14 +170,6 @@ def _new_wrapper(cls: type, new: Any) -> Any:
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"
     setattr(__new__, _WRAPPER_MARK, True)
     return staticmethod(__new__)
-
-
-def _restore(cls: type, name: str, value: Any) -> None:
-    """Put `value` back as `cls`'s own `name`, or remove it when `value` is `None`."""
-    if value is not None:
-        type.__setattr__(cls, name, value)
-    elif name in cls.__dict__:
-        type.__delattr__(cls, name)
 
 
 def _is_wrapper(method: object) -> bool:

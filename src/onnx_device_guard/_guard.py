@@ -17,12 +17,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
-from ._call_device import Call
 from ._classes import guard_class, read_signature
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._messages import short_repr
-from ._model_alignment import align_model
+from ._model_alignment import Call, align_model
 from ._options import (
     DeviceMismatchResolutionMode,
     DeviceSource,

@@ -22,14 +22,14 @@ import weakref
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-from ._messages import MISSING, logger
+from ._messages import logger
 
 _WAITING: dict[int, tuple[weakref.ref[Any], Callable[[Any], object]]] = {}
 """Models waiting for their sessions, by id: a weak reference and the check to run."""
 
 _LOCK = threading.Lock()
 _HOOKED: dict[type, dict[str, Any]] = {}
-"""Classes whose methods are wrapped, with what each name held before (`MISSING`: nothing)."""
+"""Classes whose methods are wrapped, with what each name held before (`None`: nothing)."""
 
 _MARK = "__onnx_device_guard_waits__"
 _CANNOT_WAIT = (
@@ -75,11 +75,12 @@ def _hook(cls: type) -> bool:
             return True
         saved: dict[str, Any] = {}
         for name, function in _methods(cls).items():
-            saved[name] = cls.__dict__.get(name, MISSING)
+            saved[name] = cls.__dict__.get(name)
             try:
                 type.__setattr__(cls, name, _wrapped(function))
             except (TypeError, AttributeError):  # a built-in or extension type
-                _restore(cls, saved)
+                for saved_name, value in saved.items():
+                    restore(cls, saved_name, value)
                 logger.warning(_CANNOT_WAIT.format("changed"), cls.__qualname__)
                 return False
         _HOOKED[cls] = saved
@@ -90,16 +91,16 @@ def stop_waiting(cls: type) -> None:
     """Give `cls` its methods back (a patch's `undo()`); its instances wait no more."""
     with _LOCK:
         saved = _HOOKED.pop(cls, None)
-        if saved is not None:
-            _restore(cls, saved)
+        for name, value in (saved or {}).items():
+            restore(cls, name, value)
 
 
-def _restore(cls: type, saved: dict[str, Any]) -> None:
-    for name, value in saved.items():
-        if value is not MISSING:
-            type.__setattr__(cls, name, value)
-        elif name in cls.__dict__:
-            type.__delattr__(cls, name)
+def restore(cls: type, name: str, value: Any) -> None:
+    """Put `value` back as `cls`'s own `name`, or remove it when `value` is `None`."""
+    if value is not None:
+        type.__setattr__(cls, name, value)
+    elif name in cls.__dict__:
+        type.__delattr__(cls, name)
 
 
 def _methods(cls: type) -> dict[str, Callable[..., Any]]:

@@ -29,13 +29,12 @@ from typing import Any
 
 import wrapt
 
-from ._call_device import Call
 from ._classes import class_guard, guard_class, unguard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._follow import stop_following
 from ._messages import short_repr
-from ._model_alignment import align_model
+from ._model_alignment import Call, align_model
 from ._options import (
     DeviceMismatchResolutionMode,
     DeviceSource,
