@@ -1,16 +1,14 @@
 """Guarding a class: align each instance once its outermost `__init__` has returned.
 
-`guard_class` changes the class in place, so the class users hold,
-`isinstance` and pickling by reference keep working. It wraps the class's own
-`__init__` and, through `__init_subclass__`, that of every subclass, present
-and future, so a subclass that sets its session after `super().__init__()` is
-aligned when its own `__init__` returns. The outermost call is told by the ids
-of the instances under construction in this thread, so an `__init__` that
-builds another instance (recursion) aligns that one on its own.
-
-What is installed refers only to the options, the original methods and
-module-level functions, so a guarded class that cloudpickle carries by value
-(one defined in `__main__`) arrives guarded.
+`guard_class` changes the class in place, so `isinstance` and pickling by
+reference keep working. It wraps the class's own `__init__` and, through
+`__init_subclass__`, that of every subclass, present and future, so a
+subclass that sets its session after `super().__init__()` is aligned when its
+own `__init__` returns. The outermost call is told by the ids of the
+instances under construction in this thread, so an `__init__` that builds
+another instance aligns that one on its own. What is installed refers only to
+the options, the original methods and module-level functions, so a class that
+cloudpickle carries by value (one defined in `__main__`) arrives guarded.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """Finding a model's sessions and its device attribute.
 
-The guard reads a model object it did not write: a loader's result from
-another package. Every attribute read here is wrapped, so that a property
-that raises (`next(self.parameters()).device` on a module without
-parameters) or a `__getattr__` that raises `KeyError` becomes a
+The model is a loader's result from another package, so every attribute read
+here is wrapped: a property or `__getattr__` that raises becomes a
 `DeviceGuardError` naming the attribute, never a stray error from inside.
 
-Discovery, for models that keep their sessions under other names, walks the
-model's instance attributes (the instance `__dict__` and `__slots__`, read
-through the type's own descriptors) and the items of lists, tuples and
-dicts, without calling a property, a method or a container's own methods.
-
-A loader returns models of one class built the same way each time, so
-discovery remembers, per class, where it found the sessions. The next model
-of that class whose own attributes have the same names, types and container
-sizes is read at those paths alone; any other model, or one whose
+Discovery walks the model's instance attributes (its `__dict__` and slots,
+read through the type's own descriptors) and the items of lists, tuples and
+dicts, calling no property, method or container method. A loader builds its
+models alike, so discovery remembers per class where the sessions were: a
+model of that class whose own attributes have the same names, types and
+container sizes is read at those paths alone; any other, or one whose
 remembered paths no longer hold sessions, is searched in full.
 """
 

@@ -6,11 +6,10 @@ Operators switch a whole process without code changes:
 * `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`: a device torch parses, such as `cpu`;
 * `ONNX_DEVICE_GUARD_WARN`: `1` (fallbacks at WARNING) or `0` (at DEBUG).
 
-The variables are read at first use (the first alignment or scope), not at
-import, so a bad value cannot stop `import onnx_device_guard` before logging
-is set up; it raises `ModelInputError` naming the variable at every use until
-fixed. Once read without error they are kept (see `_policy.current_policy`):
-reading `os.environ` on every call would cost more than the whole check.
+They are read at first use, not at import, so a bad value cannot stop
+`import onnx_device_guard`; it raises `ModelInputError` naming the variable
+at every use until fixed. Once read without error they are kept
+(`_policy.current_policy`): reading `os.environ` per call costs more than the check.
 """
 
 from __future__ import annotations

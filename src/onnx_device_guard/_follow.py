@@ -1,18 +1,17 @@
 """Following a session's provider changes after load, so a model can be aligned again.
 
 onnxruntime changes a live session's providers in `set_providers(...)`, which
-`InferenceSession.run()` (and `run_with_ort_values()`) also calls when a GPU
-provider raises `EPFail`, before retrying once; a model aligned at load would
-keep its old device. So `watch` puts a hook for `set_providers` on the session
-instance, shadowing the class's method (which onnxruntime's fallback calls
-through `self`), and a call that changes the providers or their options calls
-back the models watching the session. Runs are untouched. The watches live in
-the hook, each model held weakly, never in a guard's options (which pickle).
+`InferenceSession.run()` also calls when a GPU provider raises `EPFail`,
+before retrying once. So `watch` puts a hook for `set_providers` on the
+session instance, shadowing the class's method (which onnxruntime's fallback
+calls through `self`); a call that changes the providers or their options
+calls back the models watching the session. Runs are untouched. The watches
+live in the hook, each model held weakly, never in a guard's options.
 
 Limits: a model that cannot be weakly referenced, and a session whose
 `set_providers` cannot be replaced on the instance, are not followed (one
 WARNING per class says so). A pickled or deep-copied session comes back
-unfollowed; a shallow `copy.copy` shares the hook (a known limit).
+unfollowed; a shallow `copy.copy` shares the hook.
 """
 
 from __future__ import annotations

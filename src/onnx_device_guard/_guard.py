@@ -1,13 +1,11 @@
 """`device_guard`: align the device of every model a factory returns.
 
 A guarded function is a plain closure made with `functools.wraps`, not a
-proxy, so Python's protocols do the rest: `pickle` sends it by reference,
-checking that its module-level name holds this very wrapper (nothing arrives
-unguarded); cloudpickle (Ray, Dask, joblib) sends a local, lambda or
-`__main__` one by value, options included. A `@classmethod` or
-`@staticmethod` given to the guard has its function guarded and is wrapped
-again, so both stacking orders behave alike on every Python. The closure holds
-only options; what a model follows at run time lives beside its sessions.
+proxy: `pickle` sends it by reference (its module-level name must hold this
+very wrapper, so nothing arrives unguarded), cloudpickle sends a local,
+lambda or `__main__` one by value, options included. A `@classmethod` or
+`@staticmethod` has its function guarded and is wrapped again, so both
+stacking orders behave alike on every Python.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """Models that open their sessions later: checked when the sessions appear.
 
-With `require_session=False`, a guarded model that holds no session at load
+With `require_session=False`, a guarded model without a session at load
 waits here: its class's public methods and `__call__` are wrapped, once per
-class, so that after each call of a waiting model (after each item of a
-generator method, once an `async def` one was awaited) the guard looks for
-its sessions again. The first call after which they exist aligns the model
-as a load would have: in `"fallback"` mode one report and the device
-attribute rewritten, in `"fail"` mode the `EnvironmentConfigurationError`
-raised from that call, which has run by then, on whatever device its
-sessions got. A model with its sessions (or gone) waits no more, and its
-calls cost one dictionary lookup; one that never opens a session is never
-reported, as `require_session=False` promises.
+class, and after each call of a waiting model (each item of a generator
+method, once an `async def` one was awaited) its sessions are looked for
+again. The first call after which they exist aligns the model as a load
+would have (a `"fail"` error is raised from that call, which has run by
+then). A model with its sessions (or gone) waits no more, and its calls cost
+one dictionary lookup; one that never opens a session is never reported.
 """
 
 from __future__ import annotations

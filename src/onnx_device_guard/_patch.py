@@ -1,14 +1,12 @@
 """`patch`: guard a third-party factory where it is defined, without editing its package.
 
-How (what `patch` does is in its docstring): a function or method is replaced
-by a `PatchedFunction` (`wrapt.wrap_object`), a function also in every loaded
-module that holds it (`from x import f` copies, which wrapt does not look
-for); a class is guarded in place (`_classes`). A wrapt post-import hook
-applies a patch whose module is not imported yet. `_ReloadFinder`, first on
-`sys.meta_path`, wraps the loader of a module with a patch in place, and only
-of one, so that after `exec_module` (a reload, or an import after its
-`sys.modules` entry was deleted) its patches apply again to what the module
-now holds. A `PatchedFunction` pickles as its target and options.
+A function or method is replaced by a `PatchedFunction` (`wrapt.wrap_object`),
+a function also in every loaded module that holds it (`from x import f`
+copies, which wrapt does not look for); a class is guarded in place
+(`_classes`). A wrapt post-import hook applies a patch whose module is not
+imported yet. `_ReloadFinder`, first on `sys.meta_path`, wraps the loader of
+a module with a patch in place, so that after `exec_module` (a reload, or an
+import again) its patches apply to what the module now holds.
 """
 
 from __future__ import annotations
