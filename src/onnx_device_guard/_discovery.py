@@ -187,7 +187,8 @@ def _sessions_from_callable(
         result = source(model)
         if result is None:
             return []
-        if _looks_like_session_or_unknown(result) or not isinstance(result, Iterable):
+        one = callable(getattr(result, "get_providers", None)) or isinstance(result, str | bytes)
+        if one or not isinstance(result, Iterable):  # one session, or not sessions at all
             return [(f"{name}(model)", result)]
         return [(f"{name}(model)[{number}]", session) for number, session in enumerate(result)]
     except DeviceGuardError:
@@ -197,13 +198,6 @@ def _sessions_from_callable(
             f"{describe(model, factory)}, and {name} raised {error_text(error)} on it. "
             "Make the callable return the model's session, or an iterable of its sessions."
         ) from error
-
-
-def _looks_like_session_or_unknown(value: object) -> bool:
-    """Whether a callable's result is one session (or not an iterable of them)."""
-    if callable(getattr(value, "get_providers", None)):
-        return True
-    return not isinstance(value, Iterable) or isinstance(value, str | bytes)
 
 
 def _may_be_session(value: object) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from ._classes import guard_class, read_signature
 from ._devices import DeviceLike
@@ -28,33 +28,18 @@ from ._options import (
     guard_options,
 )
 
-P = ParamSpec("P")
-R = TypeVar("R")
-T = TypeVar("T")
-C = TypeVar("C", bound=type)
+W = TypeVar("W", bound="Callable[..., Any] | classmethod[Any, Any, Any] | staticmethod[Any, Any]")
+"""A factory, a class or a method descriptor: the guard gives back the same type."""
 
 
 class _Decorator(Protocol):
     """What `device_guard(...)` with options returns: a decorator keeping types."""
 
-    @overload
-    def __call__(self, wrapped: C, /) -> C: ...
-    @overload
-    def __call__(self, wrapped: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
-    @overload
-    def __call__(self, wrapped: staticmethod[P, R], /) -> staticmethod[P, R]: ...
-    @overload
-    def __call__(self, wrapped: Callable[P, R], /) -> Callable[P, R]: ...
+    def __call__(self, wrapped: W, /) -> W: ...
 
 
 @overload
-def device_guard(wrapped: C, /) -> C: ...
-@overload
-def device_guard(wrapped: classmethod[T, P, R], /) -> classmethod[T, P, R]: ...
-@overload
-def device_guard(wrapped: staticmethod[P, R], /) -> staticmethod[P, R]: ...
-@overload
-def device_guard(wrapped: Callable[P, R], /) -> Callable[P, R]: ...
+def device_guard(wrapped: W, /) -> W: ...
 @overload
 def device_guard(
     wrapped: None = None,

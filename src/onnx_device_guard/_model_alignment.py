@@ -57,15 +57,12 @@ def align_model(
 ) -> torch.device | None:
     """Align `model`'s device with its sessions; return the device they read.
 
-    The sessions come from `options.session_attr` (by default `_session`,
-    `session`, then discovery). Every device asked for is checked, in order:
-    the `call`'s `device` argument, the `device=` option, then the model's
-    device attribute, which gets the aligned device written back; a message
-    names the first one a session cannot read. A fallback is reported once,
-    after the write-back. With `options.follow` the model then follows its
-    sessions (see `_follow`), its watches made for `origin`. A model without
-    a session is left as it is, `None` returned, when `options.require_session`
-    is off; it is checked again when its sessions appear (see `_lazy`).
+    Every device asked for is checked, in order: the `call`'s `device`
+    argument, the `device=` option, then the model's device attribute, which
+    gets the aligned device written back; a fallback is reported once, after
+    that. With `options.follow` the model then follows its sessions
+    (`_follow`), watched for `origin`. Without `options.require_session`, a
+    model without a session is left as it is (`None`) until they appear (`_lazy`).
     """
     factory = None if call is None else call.factory
     found = find_sessions(model, options.session_attr, factory)
@@ -285,8 +282,7 @@ class Call:
     def device_argument(self) -> object:
         """The call's `device` argument, read off the signature without binding the rest.
 
-        `None` when the call has none; `MISSING` when only binding can tell
-        (no signature read at decoration).
+        `None` when the call has none; `MISSING` when there is no signature to read it by.
         """
         if self.signature is None:
             return MISSING
