@@ -385,11 +385,9 @@ def aligned_device(
         session: A session, as `align_device_with_onnx_session` takes; or a
             list or tuple of them (a pipeline), which the device must all suit.
         device: The torch device the code in the block wants to use.
-        resolution_mode: `"fallback"` or `"fail"`; `None` keeps the scope's.
-        fallback_device: Where to go when a session runs no GPU-capable
-            provider; `None` keeps the scope's.
-        warn: `False` logs fallbacks at DEBUG instead of WARNING; `None`
-            keeps the scope's.
+        resolution_mode: As for `device_policy`; `None` keeps the scope's.
+        fallback_device: As for `device_policy`; `None` keeps the scope's.
+        warn: As for `device_policy`; `None` keeps the scope's.
 
     Returns:
         A context manager whose `with ... as device` gives the aligned

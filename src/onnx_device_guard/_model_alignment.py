@@ -431,16 +431,11 @@ def realign(  # noqa: PLR0913 - one keyword per documented option
 
     Args:
         model: The model object.
-        resolution_mode: `"fail"` or `"fallback"`; `None` takes the policy
-            in force.
-        fallback_device: Where to go when a session runs no GPU-capable
-            provider; `None` takes the policy in force.
-        warn: `False` silences a fallback (DEBUG record only); `None` takes
-            the policy in force.
-        session_attr: As for `device_guard`: an attribute name or dotted
-            path, a tuple of them, or a callable returning the session(s).
-        device_attr: As for `device_guard`: the attribute that holds the
-            device.
+        resolution_mode: As for `device_guard`; `None` takes the policy in force.
+        fallback_device: As for `device_guard`; `None` takes the policy in force.
+        warn: As for `device_guard`; `None` takes the policy in force.
+        session_attr: As for `device_guard`.
+        device_attr: As for `device_guard`.
         device: The device to check a model without a device attribute
             against (there is no factory call to read one from).
         require_session: `False` returns `None` for a model that holds no
