@@ -17,8 +17,8 @@ import torch
 from ._devices import DeviceLike, as_device, cuda_index
 from ._errors import DeviceFallbackWarning, EnvironmentConfigurationError, ModelInputError, help_url
 from ._messages import logger, short_repr
-from ._options import DeviceMismatchResolutionMode, check_mode, settings
-from ._policy import device_policy, in_force
+from ._options import DeviceMismatchResolutionMode, check_mode
+from ._policy import current_policy, device_policy
 from ._providers import effective_providers, first_gpu_provider, provider_device_id, require_session
 
 _NO_GPU_HELP = help_url("troubleshooting", "no-data-transfer-registered")
@@ -202,13 +202,19 @@ def align_device_with_onnx_sessions(
 
     The mode is checked first, whatever else is wrong; for `names`, see `plan_alignment`.
     """
-    if resolution_mode is not None:
-        check_mode(resolution_mode)
+    mode = None if resolution_mode is None else check_mode(resolution_mode)
     requested = as_device(device, "device")
-    mode, fallback, warn = in_force(settings(resolution_mode, fallback_device))
-    aligned, report = plan_alignment(sessions, names, requested, mode, fallback)
+    fallback = None if fallback_device is None else as_device(fallback_device, "fallback_device")
+    policy = current_policy()  # every field filled in
+    aligned, report = plan_alignment(
+        sessions,
+        names,
+        requested,
+        mode or policy.resolution_mode,  # type: ignore[arg-type]
+        fallback or policy.fallback_device,  # type: ignore[arg-type]
+    )
     if report is not None:
-        report_fallback(report, warn)
+        report_fallback(report, policy.warn)  # type: ignore[arg-type]
     return aligned
 
 
