@@ -24,7 +24,7 @@ from .._devices import as_device
 from .._environment import RESOLUTION_MODE
 from .._environment import read as read_environment
 from .._errors import ModelInputError
-from .diagnosis import EXIT_BAD_INPUT, diagnose, status_of, worst
+from .diagnosis import EXIT_BAD_INPUT, diagnose, exit_code, worst
 from .facts import Facts, ModelError, listed
 from .files import display_path, expand, is_directory
 from .inputs import DEFAULT_MAX_INPUT_MIB, check_overrides, parse_dim_option, parse_input_option
@@ -115,9 +115,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     env, ort = environment()
     providers = providers or [(name, {}) for name in env.available_providers]
     check_provider_names([name for name, _ in providers], ort.get_all_providers())
-    strict_by = "--strict" if args.strict else None
-    if strict_by is None and settings.resolution_mode == "fail":
-        strict_by = f"{RESOLUTION_MODE}=fail"
+    fail = settings.resolution_mode == "fail"
+    strict_by = "--strict" if args.strict else f"{RESOLUTION_MODE}=fail" if fail else None
     default = torch.device("cuda" if env.torch_cuda_device_count else "cpu")
     fallback = cast(torch.device, settings.fallback_device)
     return Plan(
@@ -264,7 +263,7 @@ def _report(plan: Plan, progress: Progress) -> int:
         write_out(json.dumps(documents if plan.many else documents[0], indent=2) + "\n")
     elif plan.many:
         _write(plan, f"\nSummary:\n{render_summary(results, strict=strict)}")
-    return worst(status_of(result, strict=strict) for result in results)
+    return worst(exit_code(result, strict=strict) for result in results)
 
 
 def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> Facts | ModelError:

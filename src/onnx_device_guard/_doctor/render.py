@@ -87,18 +87,12 @@ def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> st
     table = [("model", "verdict", "device", "inference", "exit", "seconds")]
     folder = _common_folder([result.model for result in results])
     for result in results:
-        if isinstance(result, ModelError):
-            row = ("error", "-", "-", "2")
-        else:
+        row = ("error", "-", "-")
+        if not isinstance(result, ModelError):
             moved = f" -> {result.aligned_device}" if result.fell_back else ""
-            status = str(exit_code(result, strict=strict))
-            row = (
-                verdict(result),
-                f"{result.requested_device}{moved}",
-                result.inference.status,
-                status,
-            )
-        table.append((result.model[len(folder) :], *row, f"{result.seconds:.2f}"))
+            row = (verdict(result), f"{result.requested_device}{moved}", result.inference.status)
+        status = str(exit_code(result, strict=strict))
+        table.append((result.model[len(folder) :], *row, status, f"{result.seconds:.2f}"))
     widths = [max(map(len, column)) for column in zip(*table, strict=True)]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
