@@ -42,6 +42,7 @@ from .probe import (
 from .render import (
     render_any_json,
     render_error_section,
+    render_json_error,
     render_machine,
     render_summary,
     render_text,
@@ -214,20 +215,14 @@ def check_names(plan: Plan) -> None:
     dims: dict[str, None] = {}
     read_any = False
     for target in plan.targets:
-        if isinstance(target, ModelError):
+        declared = None if isinstance(target, ModelError) else model_inputs(plan.check.ort, target)
+        if declared is None:  # the model's own check says why
             continue
-        try:
-            declared = model_inputs(plan.check.ort, target)
-        except ModelInputError:
-            continue
-        if declared is not None:  # None: names onnxruntime cannot decode, the check says so
-            read_any = True
-            label = TINY_MODEL if target is None else display_path(target)
-            check_overrides(declared, plan.check.options.overrides, label)
-            inputs.update(dict.fromkeys(item.name for item in declared))
-            dims.update(
-                dict.fromkeys(d for item in declared for d in item.dims if isinstance(d, str))
-            )
+        read_any = True
+        label = TINY_MODEL if target is None else display_path(target)
+        check_overrides(declared, plan.check.options.overrides, label)
+        inputs.update(dict.fromkeys(item.name for item in declared))
+        dims.update(dict.fromkeys(d for item in declared for d in item.dims if isinstance(d, str)))
     if not read_any:
         return
     whose = "of the models; they have" if plan.many else "of the model; it has"
@@ -288,7 +283,7 @@ def _single_error(plan: Plan, error: ModelError) -> int:
     """One model that cannot be checked: one line on stderr, and JSON if asked for."""
     say_error(PREFIX + error.message)
     if plan.json:
-        write_out(json.dumps(render_any_json(error, strict=False), indent=2) + "\n")
+        write_out(json.dumps(render_json_error(error), indent=2) + "\n")
     return EXIT_BAD_INPUT
 
 

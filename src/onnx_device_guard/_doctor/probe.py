@@ -181,10 +181,10 @@ def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) 
 
 def model_inputs(ort: Any, model: Path | None) -> tuple[ModelInput, ...] | None:
     """The inputs `model` declares, read from a CPU session; `None` when they cannot be read."""
-    _, session, _ = _open(ort, model, [("CPUExecutionProvider", {})])
     try:
+        _, session, _ = _open(ort, model, [("CPUExecutionProvider", {})])
         return declared_inputs(session)
-    except Exception:  # the inference says why
+    except Exception:  # the model's own check says why
         return None
 
 

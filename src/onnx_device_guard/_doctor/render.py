@@ -56,17 +56,13 @@ def render_text(
         lines.append(
             f"  (and {facts.omitted_messages} {more} not about providers, devices or a failure)"
         )
-    lines += ["", _wrap(headline(facts), indent=0)]
+    lines += ["", _wrap(headline(facts))]
     if strict and facts.fell_back and verdict(facts) != "failed":
         lines.append(f"{strict_by}: the device had to be changed, so the exit status is 1.")
     if facts.inference.suggestion:
-        suggestion = " ".join(facts.inference.suggestion)
+        again = f"run again with `{' '.join(facts.inference.suggestion)}`"
         lines.append(
-            _wrap(
-                f"To get a conclusive answer, run again with `{suggestion}` or with inputs that "
-                "fit (see below).",
-                indent=0,
-            )
+            _wrap(f"To get a conclusive answer, {again} or with inputs that fit (see below).")
         )
     return "\n".join(lines + _diagnosis_lines(facts, findings))
 
@@ -79,7 +75,7 @@ def render_machine(env: Environment) -> str:
 def render_error_section(error: ModelError) -> str:
     """Return the section of a model the doctor could not check."""
     lines = _rows([("model", error.model), ("seconds", f"{error.seconds:.2f}")])
-    return "\n".join([*lines, "", _wrap(f"ERROR: {error.message}", indent=0)])
+    return "\n".join([*lines, "", _wrap(f"ERROR: {error.message}")])
 
 
 def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> str:
@@ -243,7 +239,7 @@ def _plain(options: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]
     return {name: dict(values) for name, values in options.items()}
 
 
-def _wrap(text: str, *, indent: int, first: str = "") -> str:
+def _wrap(text: str, *, indent: int = 0, first: str = "") -> str:
     """Fill `text`, never breaking a `command` in backticks (textwrap keeps U+00A0)."""
     if not text.strip():
         return first.rstrip()
