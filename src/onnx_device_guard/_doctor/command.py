@@ -215,7 +215,9 @@ def check_names(plan: Plan) -> None:
     dims: dict[str, None] = {}
     read_any = False
     for target in plan.targets:
-        declared = None if isinstance(target, ModelError) else model_inputs(plan.check.ort, target)
+        if isinstance(target, ModelError):
+            continue
+        declared = model_inputs(plan.check.ort, target)
         if declared is None:  # the model's own check says why
             continue
         read_any = True
