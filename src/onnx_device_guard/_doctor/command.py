@@ -24,7 +24,7 @@ from .._devices import as_device
 from .._environment import RESOLUTION_MODE
 from .._environment import read as read_environment
 from .._errors import ModelInputError
-from .diagnosis import EXIT_BAD_INPUT, diagnose, exit_code, worst
+from .diagnosis import EXIT_BAD_INPUT, exit_code, worst
 from .facts import Facts, ModelError, listed
 from .files import display_path, expand, is_directory
 from .inputs import DEFAULT_MAX_INPUT_MIB, check_overrides, parse_dim_option, parse_input_option
@@ -41,11 +41,10 @@ from .probe import (
 )
 from .render import (
     render_any_json,
-    render_error_section,
     render_json_error,
     render_machine,
+    render_section,
     render_summary,
-    render_text,
 )
 from .terminal import (
     PREFIX,
@@ -253,7 +252,7 @@ def _report(plan: Plan, progress: Progress) -> int:
             return _single_error(plan, result)
         results.append(result)
         if not plan.json:
-            _write(plan, _section(plan, result))
+            _write(plan, render_section(result, strict_by=plan.strict_by, many=plan.many))
     strict = plan.strict_by is not None
     if plan.json:
         documents = [render_any_json(result, strict=strict) for result in results]
@@ -287,21 +286,6 @@ def _single_error(plan: Plan, error: ModelError) -> int:
     if plan.json:
         write_out(json.dumps(render_json_error(error), indent=2) + "\n")
     return EXIT_BAD_INPUT
-
-
-def _section(plan: Plan, result: Facts | ModelError) -> str:
-    if isinstance(result, ModelError):
-        section = render_error_section(result)
-    else:
-        strict_by = plan.strict_by or "--strict"
-        section = render_text(
-            result,
-            diagnose(result),
-            strict=plan.strict_by is not None,
-            machine=not plan.many,
-            strict_by=strict_by,
-        )
-    return f"\n=== {result.model} ===\n{section}" if plan.many else section
 
 
 def _write(plan: Plan, text: str) -> None:

@@ -72,10 +72,21 @@ def render_machine(env: Environment) -> str:
     return "\n".join(_rows(_machine_rows(env)))
 
 
-def render_error_section(error: ModelError) -> str:
-    """Return the section of a model the doctor could not check."""
-    lines = _rows([("model", error.model), ("seconds", f"{error.seconds:.2f}")])
-    return "\n".join([*lines, "", _wrap(f"ERROR: {error.message}")])
+def render_section(result: Facts | ModelError, *, strict_by: str | None, many: bool) -> str:
+    """Return one model's text report, or its ERROR line; among `many`, under its name.
+
+    `strict_by` names what made the run strict (`None`: it is not).
+    """
+    if isinstance(result, ModelError):
+        lines = _rows([("model", result.model), ("seconds", f"{result.seconds:.2f}")])
+        section = "\n".join([*lines, "", _wrap(f"ERROR: {result.message}")])
+    else:
+        findings = diagnose(result)
+        strict = strict_by is not None
+        section = render_text(
+            result, findings, strict=strict, machine=not many, strict_by=strict_by or "--strict"
+        )
+    return f"\n=== {result.model} ===\n{section}" if many else section
 
 
 def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> str:
