@@ -24,7 +24,7 @@ from .._devices import as_device
 from .._environment import RESOLUTION_MODE
 from .._environment import read as read_environment
 from .._errors import ModelInputError
-from .diagnosis import EXIT_BAD_INPUT, diagnose, status_of, worst
+from .diagnosis import EXIT_BAD_INPUT, exit_code, worst
 from .facts import Facts, ModelError, listed
 from .files import display_path, expand, is_directory
 from .inputs import DEFAULT_MAX_INPUT_MIB, check_overrides, parse_dim_option, parse_input_option
@@ -41,10 +41,10 @@ from .probe import (
 )
 from .render import (
     render_any_json,
-    render_error_section,
+    render_json_error,
     render_machine,
+    render_section,
     render_summary,
-    render_text,
 )
 from .terminal import (
     PREFIX,
@@ -115,9 +115,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     env, ort = environment()
     providers = providers or [(name, {}) for name in env.available_providers]
     check_provider_names([name for name, _ in providers], ort.get_all_providers())
-    strict_by = "--strict" if args.strict else None
-    if strict_by is None and settings.resolution_mode == "fail":
-        strict_by = f"{RESOLUTION_MODE}=fail"
+    fail = settings.resolution_mode == "fail"
+    strict_by = "--strict" if args.strict else f"{RESOLUTION_MODE}=fail" if fail else None
     default = torch.device("cuda" if env.torch_cuda_device_count else "cpu")
     fallback = cast(torch.device, settings.fallback_device)
     return Plan(
@@ -217,18 +216,14 @@ def check_names(plan: Plan) -> None:
     for target in plan.targets:
         if isinstance(target, ModelError):
             continue
-        try:
-            declared = model_inputs(plan.check.ort, target)
-        except ModelInputError:
+        declared = model_inputs(plan.check.ort, target)
+        if declared is None:  # the model's own check says why
             continue
-        if declared is not None:  # None: names onnxruntime cannot decode, the check says so
-            read_any = True
-            label = TINY_MODEL if target is None else display_path(target)
-            check_overrides(declared, plan.check.options.overrides, label)
-            inputs.update(dict.fromkeys(item.name for item in declared))
-            dims.update(
-                dict.fromkeys(d for item in declared for d in item.dims if isinstance(d, str))
-            )
+        read_any = True
+        label = TINY_MODEL if target is None else display_path(target)
+        check_overrides(declared, plan.check.options.overrides, label)
+        inputs.update(dict.fromkeys(item.name for item in declared))
+        dims.update(dict.fromkeys(d for item in declared for d in item.dims if isinstance(d, str)))
     if not read_any:
         return
     whose = "of the models; they have" if plan.many else "of the model; it has"
@@ -257,14 +252,14 @@ def _report(plan: Plan, progress: Progress) -> int:
             return _single_error(plan, result)
         results.append(result)
         if not plan.json:
-            _write(plan, _section(plan, result))
+            _write(plan, render_section(result, strict_by=plan.strict_by, many=plan.many))
     strict = plan.strict_by is not None
     if plan.json:
         documents = [render_any_json(result, strict=strict) for result in results]
         write_out(json.dumps(documents if plan.many else documents[0], indent=2) + "\n")
     elif plan.many:
         _write(plan, f"\nSummary:\n{render_summary(results, strict=strict)}")
-    return worst(status_of(result, strict=strict) for result in results)
+    return worst(exit_code(result, strict=strict) for result in results)
 
 
 def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> Facts | ModelError:
@@ -289,23 +284,8 @@ def _single_error(plan: Plan, error: ModelError) -> int:
     """One model that cannot be checked: one line on stderr, and JSON if asked for."""
     say_error(PREFIX + error.message)
     if plan.json:
-        write_out(json.dumps(render_any_json(error, strict=False), indent=2) + "\n")
+        write_out(json.dumps(render_json_error(error), indent=2) + "\n")
     return EXIT_BAD_INPUT
-
-
-def _section(plan: Plan, result: Facts | ModelError) -> str:
-    if isinstance(result, ModelError):
-        section = render_error_section(result)
-    else:
-        strict_by = plan.strict_by or "--strict"
-        section = render_text(
-            result,
-            diagnose(result),
-            strict=plan.strict_by is not None,
-            machine=not plan.many,
-            strict_by=strict_by,
-        )
-    return f"\n=== {result.model} ===\n{section}" if plan.many else section
 
 
 def _write(plan: Plan, text: str) -> None:

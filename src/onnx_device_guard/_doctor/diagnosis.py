@@ -160,17 +160,20 @@ def verdict(facts: Facts) -> Verdict:
     return "fallback" if facts.fell_back else "ok"
 
 
-def exit_code(facts: Facts, *, strict: bool) -> int:
-    """Return the command's exit status for `facts`: the first of 3, 1, 4 that applies, else 0.
+def exit_code(facts: Facts | ModelError, *, strict: bool) -> int:
+    """Return the exit status one model gives: the first of 3, 1, 4 that applies, else 0.
 
     3 when the inference failed on the device; 1 when `strict` and the
-    device had to change; 4 when the inference was inconclusive.
+    device had to change; 4 when the inference was inconclusive; 2 for a
+    model that is bad input (a `ModelError`).
 
     Examples:
         >>> from onnx_device_guard._doctor.diagnosis import EXIT_PRECEDENCE
         >>> EXIT_PRECEDENCE
         (3, 1, 2, 4, 0)
     """
+    if isinstance(facts, ModelError):
+        return EXIT_BAD_INPUT
     if facts.inference.status == "failed":
         return EXIT_FAILED
     if strict and facts.fell_back:
@@ -190,11 +193,6 @@ def worst(statuses: Iterable[int]) -> int:
     """
     found = set(statuses)
     return next((status for status in EXIT_PRECEDENCE if status in found), EXIT_OK)
-
-
-def status_of(result: Facts | ModelError, *, strict: bool) -> int:
-    """The exit status one model contributes: `exit_code`, or 2 for a model that is bad input."""
-    return EXIT_BAD_INPUT if isinstance(result, ModelError) else exit_code(result, strict=strict)
 
 
 def headline(facts: Facts) -> str:

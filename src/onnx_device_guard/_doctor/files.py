@@ -98,22 +98,20 @@ def read_model_file(path: Path) -> ModelBytes:
     shown = display_path(path)
     try:
         descriptor = os.open(path, _OPEN_FLAGS)
+        try:
+            mode = os.fstat(descriptor).st_mode
+            if stat.S_ISDIR(mode):
+                raise ModelInputError(f"'{shown}' is a directory, not an ONNX model file")
+            if not stat.S_ISREG(mode):
+                raise ModelInputError(
+                    f"'{shown}' is not a regular file (a FIFO, socket or device); "
+                    "give the path of an ONNX model file"
+                )
+            content = b"".join(iter(functools.partial(os.read, descriptor, 1 << 24), b""))
+        finally:
+            os.close(descriptor)
     except OSError as error:
         raise ModelInputError(file_problem(path, error)) from None
-    try:
-        mode = os.fstat(descriptor).st_mode
-        if stat.S_ISDIR(mode):
-            raise ModelInputError(f"'{shown}' is a directory, not an ONNX model file")
-        if not stat.S_ISREG(mode):
-            raise ModelInputError(
-                f"'{shown}' is not a regular file (a FIFO, socket or device); "
-                "give the path of an ONNX model file"
-            )
-        content = b"".join(iter(functools.partial(os.read, descriptor, 1 << 24), b""))
-    except OSError as error:
-        raise ModelInputError(file_problem(path, error)) from None
-    finally:
-        os.close(descriptor)
     if not content:
         raise ModelInputError(f"model file '{shown}' is empty, not an ONNX model")
     folder = os.path.dirname(os.path.abspath(path))

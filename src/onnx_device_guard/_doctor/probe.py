@@ -115,7 +115,7 @@ GRACE_SECONDS = 5.0
 def environment() -> tuple[Environment, Any]:
     """Probe Python, torch and onnxruntime once; return the facts and the onnxruntime module.
 
-    Raises `ModelInputError` if onnxruntime is not installed or cannot be imported.
+    Raises `ModelInputError` if onnxruntime cannot be imported.
     """
     from .. import __version__
 
@@ -181,10 +181,10 @@ def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) 
 
 def model_inputs(ort: Any, model: Path | None) -> tuple[ModelInput, ...] | None:
     """The inputs `model` declares, read from a CPU session; `None` when they cannot be read."""
-    _, session, _ = _open(ort, model, [("CPUExecutionProvider", {})])
     try:
+        _, session, _ = _open(ort, model, [("CPUExecutionProvider", {})])
         return declared_inputs(session)
-    except Exception:  # the inference says why
+    except Exception:  # the model's own check says why
         return None
 
 
@@ -224,10 +224,10 @@ def align(
 
 
 def import_onnxruntime() -> Any:
-    """Import and return onnxruntime, or raise `ModelInputError` saying why not.
+    """Import and return onnxruntime, or raise `ModelInputError` saying why not in one line.
 
-    Whatever the import raises (a missing module, a native library that does
-    not load, a broken package raising `RuntimeError`) becomes one line.
+    That covers whatever the import raises: a missing module, a native library
+    that does not load, a broken package raising `RuntimeError`.
     """
     try:
         import onnxruntime
@@ -258,10 +258,9 @@ def import_onnxruntime() -> Any:
 def onnxruntime_distributions(
     distributions: Iterable[metadata.Distribution] | None = None,
 ) -> tuple[InstalledDistribution, ...]:
-    """Return the installed distributions named `onnxruntime*` or `ort-nightly*`.
+    """The installed distributions named `onnxruntime*` or `ort-nightly*`, each once, sorted.
 
-    Names are normalised (`onnxruntime_gpu` is `onnxruntime-gpu`) and
-    sorted; a distribution found twice on the path counts once.
+    Names are normalised: `onnxruntime_gpu` is `onnxruntime-gpu`.
     """
     found: dict[str, InstalledDistribution] = {}
     for dist in metadata.distributions() if distributions is None else distributions:
@@ -347,12 +346,10 @@ EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 def create_session(
     ort: Any, model: ModelBytes, label: str, providers: Sequence[ProviderSpec]
 ) -> tuple[Any, Captured]:
-    """Create the session as a program would, keeping what onnxruntime says meanwhile.
+    """Create the session as a program would; return it and what onnxruntime said meanwhile.
 
-    The model goes as the bytes read and checked once, with its folder, where
-    its external data is found. Returns the session and what onnxruntime said
-    meanwhile (warnings, a retry's banner, its native log); raises
-    `ModelInputError` if no session can be created at all.
+    The model goes as the bytes read and checked once, with the folder its
+    external data lies in. Raises `ModelInputError` if no session can be created.
     """
     arguments = [(name, dict(options)) if options else name for name, options in providers]
     session_options = ort.SessionOptions()
@@ -459,9 +456,9 @@ def run_inference(
     On CUDA the session reads torch's tensors in place (IO binding), as a model
     would; elsewhere `session.run` gets NumPy copies. The first attempt that
     completes is `ok`; a failure on the device (making or binding the tensors,
-    or a run that completes from NumPy arrays only) is `failed`; the model's
-    own operators refusing every input set is `inconclusive`; inputs that
-    cannot be read or built skip the run. `run_options.terminate` stops the search.
+    or a run that completes from NumPy arrays only) is `failed`; every input set
+    refused by the model's own operators is `inconclusive`; inputs that cannot be
+    read or built skip the run. `run_options.terminate` stops the search.
     """
     try:
         inputs = declared_inputs(session)

@@ -56,17 +56,13 @@ def render_text(
         lines.append(
             f"  (and {facts.omitted_messages} {more} not about providers, devices or a failure)"
         )
-    lines += ["", _wrap(headline(facts), indent=0)]
+    lines += ["", _wrap(headline(facts))]
     if strict and facts.fell_back and verdict(facts) != "failed":
         lines.append(f"{strict_by}: the device had to be changed, so the exit status is 1.")
     if facts.inference.suggestion:
-        suggestion = " ".join(facts.inference.suggestion)
+        again = f"run again with `{' '.join(facts.inference.suggestion)}`"
         lines.append(
-            _wrap(
-                f"To get a conclusive answer, run again with `{suggestion}` or with inputs that "
-                "fit (see below).",
-                indent=0,
-            )
+            _wrap(f"To get a conclusive answer, {again} or with inputs that fit (see below).")
         )
     return "\n".join(lines + _diagnosis_lines(facts, findings))
 
@@ -76,10 +72,21 @@ def render_machine(env: Environment) -> str:
     return "\n".join(_rows(_machine_rows(env)))
 
 
-def render_error_section(error: ModelError) -> str:
-    """Return the section of a model the doctor could not check."""
-    lines = _rows([("model", error.model), ("seconds", f"{error.seconds:.2f}")])
-    return "\n".join([*lines, "", _wrap(f"ERROR: {error.message}", indent=0)])
+def render_section(result: Facts | ModelError, *, strict_by: str | None, many: bool) -> str:
+    """Return one model's text report, or its ERROR line; among `many`, under its name.
+
+    `strict_by` names what made the run strict (`None`: it is not).
+    """
+    if isinstance(result, ModelError):
+        lines = _rows([("model", result.model), ("seconds", f"{result.seconds:.2f}")])
+        section = "\n".join([*lines, "", _wrap(f"ERROR: {result.message}")])
+    else:
+        findings = diagnose(result)
+        strict = strict_by is not None
+        section = render_text(
+            result, findings, strict=strict, machine=not many, strict_by=strict_by or "--strict"
+        )
+    return f"\n=== {result.model} ===\n{section}" if many else section
 
 
 def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> str:
@@ -87,18 +94,12 @@ def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> st
     table = [("model", "verdict", "device", "inference", "exit", "seconds")]
     folder = _common_folder([result.model for result in results])
     for result in results:
-        if isinstance(result, ModelError):
-            row = ("error", "-", "-", "2")
-        else:
+        row = ("error", "-", "-")
+        if not isinstance(result, ModelError):
             moved = f" -> {result.aligned_device}" if result.fell_back else ""
-            status = str(exit_code(result, strict=strict))
-            row = (
-                verdict(result),
-                f"{result.requested_device}{moved}",
-                result.inference.status,
-                status,
-            )
-        table.append((result.model[len(folder) :], *row, f"{result.seconds:.2f}"))
+            row = (verdict(result), f"{result.requested_device}{moved}", result.inference.status)
+        status = str(exit_code(result, strict=strict))
+        table.append((result.model[len(folder) :], *row, status, f"{result.seconds:.2f}"))
     widths = [max(map(len, column)) for column in zip(*table, strict=True)]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
@@ -249,7 +250,7 @@ def _plain(options: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]
     return {name: dict(values) for name, values in options.items()}
 
 
-def _wrap(text: str, *, indent: int, first: str = "") -> str:
+def _wrap(text: str, *, indent: int = 0, first: str = "") -> str:
     """Fill `text`, never breaking a `command` in backticks (textwrap keeps U+00A0)."""
     if not text.strip():
         return first.rstrip()
