@@ -15,7 +15,8 @@ environment with the project and the packages of ``REALWORLD_PACKAGES`` (see
   a tiny BERT, a tiny Kokoro graph) are built once in a temporary folder;
 * the guard's work on one loaded model, timed in batches, four ways: with
   default options (`_session`, `session`, then discovery); with the sessions
-  that discovery found given by a ``session_attr`` callable (no discovery); with
+  that discovery found named in ``session_attr`` (their dotted paths, or a
+  callable returning them where a path goes through an item; no discovery); with
   defaults on the first model of its class, where discovery searches the
   model in full instead of reading it where it found the sessions of the last
   model of that class (the remembered layout is forgotten before each call:
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -246,7 +248,12 @@ def time_guard_work(
     def pass_through(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         return wrapped(*args, **kwargs)
 
-    sessions = [session for _, session in _discovery.find_sessions(model, None, None)[0]]
+    found = _discovery.find_sessions(model, None, None)[0]
+    paths = tuple(path for path, _ in found)
+    sessions = [session for _, session in found]
+    # The cheapest way to name them: their dotted paths, or (for an item path such as
+    # sentence-transformers' `_modules['0'].model.model`) a callable returning them.
+    named = paths if all(re.fullmatch(r"[\w.]+", path) for path in paths) else lambda _: sessions
     guarded = device_guard(**options)(factory)
 
     def first_of_its_class() -> object:
@@ -256,7 +263,7 @@ def time_guard_work(
     return compare(
         {
             "guarded": guarded,
-            "sessions named": device_guard(**options, session_attr=lambda _: sessions)(factory),
+            "sessions named": device_guard(**options, session_attr=named)(factory),
             "first of its class": first_of_its_class,
             "pass-through": pass_through(factory),
         },
