@@ -132,10 +132,15 @@ def _sentence_transformers(workdir: Path) -> Package:
     )
 
 
-def _tiny_bert(workdir: Path) -> Path:
+def _realworld_importable() -> None:
+    """Put the repository root on `sys.path`, for the model builders in `realworld/`."""
     root = Path(__file__).resolve().parent.parent
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
+
+
+def _tiny_bert(workdir: Path) -> Path:
+    _realworld_importable()
     from realworld.tinybert import tiny_bert_onnx
 
     folder = workdir / "tinybert"
@@ -184,23 +189,11 @@ def _fastembed(workdir: Path) -> Package:
 
 def _kokoro(workdir: Path) -> Package:
     import kokoro_onnx
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper
 
-    inputs = [
-        helper.make_tensor_value_info("tokens", TensorProto.INT64, [1, "n"]),
-        helper.make_tensor_value_info("style", TensorProto.FLOAT, [1, 256]),
-        helper.make_tensor_value_info("speed", TensorProto.FLOAT, [1]),
-    ]
-    outputs = [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 256])]
-    node = helper.make_node("Identity", ["style"], ["audio"])
-    graph = helper.make_graph([node], "tiny", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(workdir / "kokoro.onnx"))
-    np.savez(workdir / "voices.npz", af_test=np.full((510, 1, 256), 0.5, np.float32))
-    model_path, voices = str(workdir / "kokoro.onnx"), str(workdir / "voices.npz")
+    _realworld_importable()
+    from realworld.tinykokoro import tiny_kokoro_files
+
+    model_path, voices = tiny_kokoro_files(workdir)
     return Package(
         "kokoro-onnx",
         "kokoro_onnx:Kokoro",

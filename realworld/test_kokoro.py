@@ -23,9 +23,10 @@ import pytest
 from onnx_device_guard import EnvironmentConfigurationError, patch
 
 from .conftest import no_fallback, one_fallback
+from .tinykokoro import tiny_kokoro_files
 
 kokoro_onnx = pytest.importorskip("kokoro_onnx")
-onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnx")
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -40,22 +41,7 @@ CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """A tiny model with Kokoro's inputs (audio = style) and a voices.npz with one voice."""
-    from onnx import TensorProto, helper
-
-    root = tmp_path_factory.mktemp("kokoro")
-    inputs = [
-        helper.make_tensor_value_info("tokens", TensorProto.INT64, [1, "n"]),
-        helper.make_tensor_value_info("style", TensorProto.FLOAT, [1, 256]),
-        helper.make_tensor_value_info("speed", TensorProto.FLOAT, [1]),
-    ]
-    outputs = [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 256])]
-    node = helper.make_node("Identity", ["style"], ["audio"])
-    graph = helper.make_graph([node], "tiny", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(root / "tiny.onnx"))
-    np.savez(root / "voices.npz", af_test=np.full((510, 1, 256), 0.5, np.float32))
-    return str(root / "tiny.onnx"), str(root / "voices.npz")
+    return tiny_kokoro_files(tmp_path_factory.mktemp("kokoro"))
 
 
 def cuda_session(path: str) -> Any:
