@@ -79,7 +79,7 @@ class _Load:
     factory: object | None
     asked: Asked
     origin: Origin | None = None
-    in_force: tuple[DeviceMismatchResolutionMode, torch.device, bool] | None = None
+    made_with: tuple[DeviceMismatchResolutionMode, torch.device, bool] | None = None
     """The mode, fallback device and `warn` a followed load was made with, kept for a change."""
 
     def again(self, model: object, *change: object) -> torch.device | None:
@@ -113,11 +113,11 @@ class _Load:
         if not checks:
             raise _no_device(model, factory)
         try:
-            mode, fallback, warn = self.in_force or in_force(options.settings)  # a bad variable
+            mode, fallback, warn = self.made_with or in_force(options.settings)  # a bad variable
             devices = [(as_device(value, "device"), source) for value, source in checks]
         except ModelInputError as error:
             raise self._in_context(error, model, sessions, checks[-1][1]) from error
-        if options.follow and self.in_force is None:  # a change is not followed again
+        if options.follow and self.made_with is None:  # a change is not followed again
             later = _Load(options, factory, self.asked, None, (mode, fallback, warn))
             watch(model, sessions, later.again, key=id(options), origin=self.origin)
         aligned, report, source = self._plan(model, sessions, devices, mode, fallback)
