@@ -9,6 +9,8 @@ binding. This package aligns the device up front:
 * `device_policy` and `aligned_device`, scopes for a block of code;
 * `realign`, to align an existing model object again;
 * `patch`, which guards another package's loader where it is defined;
+* `watch_sessions`, which checks every session the process creates
+  (`onnx-device-guard run -- PROGRAM` turns it on for a whole program);
 * `example_model`, the path of a tiny model to try all of it on;
 * `onnx-device-guard doctor`, a command that explains a mismatch.
 
@@ -34,6 +36,7 @@ from ._errors import (
 
 if TYPE_CHECKING:
     from ._alignment import align_device_with_onnx_session, aligned_device
+    from ._births import SessionWatch, watch_sessions
     from ._guard import device_guard
     from ._model_alignment import realign
     from ._options import DeviceMismatchResolutionMode
@@ -61,6 +64,7 @@ _LAZY = {
     "GPU_CAPABLE_EXECUTION_PROVIDERS": "._providers",
     "DeviceMismatchResolutionMode": "._options",
     "Patch": "._patch",
+    "SessionWatch": "._births",
     "align_device_with_onnx_session": "._alignment",
     "aligned_device": "._alignment",
     "device_guard": "._guard",
@@ -68,6 +72,7 @@ _LAZY = {
     "example_model": "._tiny",
     "patch": "._patch",
     "realign": "._model_alignment",
+    "watch_sessions": "._births",
 }
 
 
@@ -92,6 +97,7 @@ __all__ = [
     "EnvironmentConfigurationError",
     "ModelInputError",
     "Patch",
+    "SessionWatch",
     "__version__",
     "align_device_with_onnx_session",
     "aligned_device",
@@ -100,4 +106,5 @@ __all__ = [
     "example_model",
     "patch",
     "realign",
+    "watch_sessions",
 ]

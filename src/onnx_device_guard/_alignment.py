@@ -318,6 +318,8 @@ class Details:
     """The factory's qualified name, for `odg_factory`."""
     device_attr: str | None = None
     """The model's device attribute, for `odg_device_attr`."""
+    packages: tuple[str, ...] = ()
+    """Packages whose frames the warning skips: the patched loader's."""
 
 
 def report_fallback(fallback: Fallback, warn: bool, details: Details | None = None) -> None:
@@ -341,7 +343,7 @@ def report_fallback(fallback: Fallback, warn: bool, details: Details | None = No
     )
     text = f"{problem} {outcome} {fix}" + (f" ({details.context})" if details.context else "")
     if warn:
-        _warn_at_caller(text)
+        warn_at_caller(text, *details.packages)
     names = tuple(mismatch.session_name for mismatch in fallback.mismatches)
     fields = {
         "odg_event": "fallback",
@@ -358,17 +360,30 @@ def report_fallback(fallback: Fallback, warn: bool, details: Details | None = No
     logger.log(level, text, extra=fields)
 
 
-_OWN_FILES = (os.path.dirname(__file__) + os.sep,)
+def _files_of(module: str) -> str:
+    """The prefix of an imported package's files (a plain module's own file), else "\0"."""
+    file = getattr(sys.modules.get(module), "__file__", None)
+    if not isinstance(file, str):
+        return "\0"  # matches no file name
+    return os.path.dirname(file) + os.sep if file.endswith("__init__.py") else file
+
+
+_OWN_FILES = os.path.dirname(__file__) + os.sep
 """Frames in these files are the library's, never the user's."""
 
 
-def _warn_at_caller(text: str) -> None:
-    """Issue `text` as a `DeviceFallbackWarning` attributed to the user's line."""
+def warn_at_caller(text: str, *packages: str) -> None:
+    """Issue `text` as a `DeviceFallbackWarning` attributed to the user's line.
+
+    That is the first frame outside this library, onnxruntime, wrapt and the
+    imported `packages` (a patched loader's, whose own code opened a session).
+    """
+    skipped = (_OWN_FILES, *(_files_of(name) for name in ("onnxruntime", "wrapt", *packages)))
     if sys.version_info >= (3, 12):
-        warnings.warn(text, DeviceFallbackWarning, skip_file_prefixes=_OWN_FILES)
+        warnings.warn(text, DeviceFallbackWarning, skip_file_prefixes=skipped)
         return
     level, frame = 1, inspect.currentframe()
-    while frame is not None and frame.f_code.co_filename.startswith(_OWN_FILES):
+    while frame is not None and frame.f_code.co_filename.startswith(skipped):
         level, frame = level + 1, frame.f_back
     warnings.warn(text, DeviceFallbackWarning, stacklevel=level)
 

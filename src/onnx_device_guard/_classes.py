@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ._errors import DeviceGuardError, ModelInputError
-from ._lazy import restore, stop_waiting
+from ._births import collecting, use
 from ._model_alignment import Call, align_model
 from ._options import GuardOptions
 
@@ -117,8 +117,14 @@ def unguard_class(cls: type) -> None:
     if _is_wrapper(cls.__dict__.get("__new__")):
         restore(cls, "__new__", guard.new)
     type.__delattr__(cls, _GUARD)
-    for klass in [cls, *_all_subclasses(cls)]:
-        stop_waiting(klass)
+
+
+def restore(cls: type, name: str, value: Any) -> None:
+    """Put `value` back as `cls`'s own `name`, or remove it when `value` is `None`."""
+    if value is not None:
+        type.__setattr__(cls, name, value)
+    elif name in cls.__dict__:
+        type.__delattr__(cls, name)
 
 
 _SIGNATURES: weakref.WeakKeyDictionary[type, inspect.Signature | None] = weakref.WeakKeyDictionary()
@@ -143,13 +149,19 @@ def signature_of(cls: type) -> inspect.Signature | None:
         return signature
 
 
-def _align(instance: object, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _align(
+    instance: object,
+    cls: type,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    born: list[object] | None = None,
+) -> None:
     """Align a new `instance` of `cls` with the options of the nearest guarded class."""
     for klass in cls.__mro__:
         guard = class_guard(klass)
         if guard is not None:
             call = Call(cls, args, kwargs, signature_of(cls))
-            align_model(instance, guard.options, call, guard.origin)
+            align_model(instance, guard.options, call, guard.origin, born)
             return
 
 
@@ -219,11 +231,13 @@ def _construct(
         init(instance, *args, **kwargs)
         return
     ids.add(key)
+    use(permanent=True)
     try:
-        init(instance, *args, **kwargs)
+        with collecting() as born:
+            init(instance, *args, **kwargs)
     finally:
         ids.discard(key)
-    _align(instance, type(instance), args, kwargs)
+    _align(instance, type(instance), args, kwargs, born)
 
 
 def _inherited_init(cls: type) -> Callable[..., None]:

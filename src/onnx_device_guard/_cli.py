@@ -1,4 +1,4 @@
-"""The `onnx-device-guard` command line; `doctor` is its one command.
+"""The `onnx-device-guard` command line: `doctor`, and `run`, which runs a program watched.
 
 `main` parses the arguments and hands them to the doctor's `command`,
 which checks each model and returns the exit status. Bad input is one line
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -66,6 +68,18 @@ inference on the aligned device (trying larger sizes for dynamic dimensions when
 the smallest do not fit), and reports what it found with the likely causes and
 fixes.
 """
+
+
+RUN_DESCRIPTION = """\
+Run PROGRAM (python app.py, a console script, ...) unchanged, with every
+onnxruntime session it and the Python processes it starts create checked as
+it is born: a session that asked for a GPU provider and runs none of them is
+reported (a DeviceFallbackWarning and a WARNING record) or, with --strict,
+raises EnvironmentConfigurationError. The exit status is the program's.
+"""
+
+_SKIPS_STARTUP = re.compile(r"-[A-Za-z]*[IES][A-Za-z]*")
+"""A Python option cluster that ignores PYTHONPATH or skips `site` (-I, -E, -S)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -186,6 +200,17 @@ def build_parser() -> argparse.ArgumentParser:
         "ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail does)",
     )
     doctor.set_defaults(handler=_doctor)
+    run = commands.add_parser(
+        "run",
+        help="run a Python program with every onnxruntime session it creates watched",
+        description=RUN_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--strict", action="store_true", help="a dropped GPU provider raises")
+    run.add_argument("--fallback-device", metavar="DEVICE", help="where tensors go instead")
+    run.add_argument("--no-warn", action="store_true", help="log fallbacks at DEBUG only")
+    run.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
+    run.set_defaults(handler=_run)
     return parser
 
 
@@ -208,6 +233,45 @@ def _above_zero(convert: Callable[[str], _Number], what: str) -> Callable[[str],
         return number
 
     return parse
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Replace this process with the program, its sessions watched from its first line."""
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not program:
+        say_error(f"{PROG} run: error: name the program to run, as in '{PROG} run -- python app.py'")
+        return 2
+    if re.fullmatch(r"python[0-9.]*", os.path.basename(program[0])):
+        flags = next((arg for arg in program[1:] if _SKIPS_STARTUP.fullmatch(arg)), None)
+        if flags is not None and "-c" not in program[1 : program.index(flags)]:
+            say_error(
+                f"{PROG} run: error: {program[0]} {flags} ignores PYTHONPATH or skips site, so "
+                "the watch cannot start in it. Drop -I, -E and -S, or call "
+                "onnx_device_guard.watch_sessions() in the program itself."
+            )
+            return 2
+    environ = dict(os.environ)
+    folder = str(Path(__file__).parent / "_bootstrap")
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, environ.get("PYTHONPATH")]))
+    if args.strict:
+        environ["ONNX_DEVICE_GUARD_RESOLUTION_MODE"] = "fail"
+    if args.no_warn:
+        environ["ONNX_DEVICE_GUARD_WARN"] = "0"
+    if args.fallback_device is not None:
+        from ._devices import as_device
+        from ._errors import ModelInputError
+
+        try:
+            as_device(args.fallback_device, "--fallback-device")
+        except ModelInputError as error:
+            say_error(f"{PROG} run: error: {error.message}")
+            return 2
+        environ["ONNX_DEVICE_GUARD_FALLBACK_DEVICE"] = args.fallback_device
+    try:
+        os.execvpe(program[0], program, environ)
+    except OSError as error:
+        say_error(f"{PROG} run: error: cannot run {program[0]!r}: {error.strerror}")
+        return 127
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -6,21 +6,14 @@ import torch
 
 from ._errors import ModelInputError
 from ._messages import short_repr
+from ._providers import MAX_DEVICE_INDEX
 
-DeviceLike = torch.device | str
-"""A `torch.device`, or a string torch parses into one (`"cuda:1"`)."""
-
-MAX_DEVICE_INDEX = 127
-"""The largest device index torch keeps as it is.
-
-torch stores a device index in a signed byte: `torch.device("cuda", 128)`
-comes back as `cuda:-128`, the string `"cuda:128"` as index 65408 and
-`"cuda:256"` as `cuda:0`.
-"""
+DeviceLike = torch.device | str | int
+"""A `torch.device`, a string torch parses into one (`"cuda:1"`), or a CUDA index (`1`)."""
 
 
 def as_device(value: object, name: str) -> torch.device:
-    """Return `value` as a `torch.device` with an index torch addresses.
+    """Return `value` as a `torch.device` with an index torch addresses (an int is CUDA's).
 
     `name` is the argument's name, used in the message.
 
@@ -33,9 +26,13 @@ def as_device(value: object, name: str) -> torch.device:
         if index is None or 0 <= index <= MAX_DEVICE_INDEX:
             return value
         raise _unaddressable(name, value, index)
+    if isinstance(value, int) and not isinstance(value, bool):  # torch reads 0 as cuda:0
+        if 0 <= value <= MAX_DEVICE_INDEX:
+            return torch.device("cuda", value)
+        raise _unaddressable(name, value, short_repr(value, 20))
     if not isinstance(value, str):
         raise ModelInputError(
-            f"{name} must be a torch.device or a string such as 'cuda:0'; "
+            f"{name} must be a torch.device, a string such as 'cuda:0' or a CUDA index; "
             f"got {type(value).__name__} {short_repr(value)}."
         )
     # torch parses the index into a byte and wraps large numbers round (or

@@ -4,18 +4,16 @@ The model is a loader's result from another package, so every attribute read
 here is wrapped: a property or `__getattr__` that raises becomes a
 `DeviceGuardError` naming the attribute, never a stray error from inside.
 
-Discovery walks the model's instance attributes (its `__dict__` and slots,
-read through the type's own descriptors) and the items of lists, tuples and
-dicts, calling no property, method or container method. A loader builds its
-models alike, so discovery remembers per class where the sessions were: a
-model of that class whose own attributes have the same names, types and
-container sizes is read at those paths alone; any other, or one whose
-remembered paths no longer hold sessions, is searched in full.
+Discovery is for sessions made before a guarded call (a `from_session`
+constructor), and for `realign`: sessions born during the call are known
+without it. It walks the model's instance attributes (its `__dict__` and
+slots, read through the type's own descriptors) and the items of lists,
+tuples and dicts, calling no property, method or container method, within
+fixed limits; what it leaves out is said, never skipped in silence.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import inspect
 import itertools
@@ -23,7 +21,6 @@ import logging
 import pathlib
 import re
 import types
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -116,14 +113,16 @@ def read_attribute(
         ) from error
 
 
-def find_sessions(
-    model: object, source: SessionSource, factory: object | None
-) -> tuple[list[tuple[str, object]], tuple[str, ...]]:
-    """Return the model's sessions with the path of each, and what was searched.
+Found = tuple[list[tuple[str, object]], tuple[str, ...], tuple[str, ...]]
+"""Sessions with their paths, the attribute paths searched, and what the search left out."""
 
-    The second item lists the attribute paths looked at, for the error when
-    nothing is found. `None` values found at explicit paths are returned
-    as they are; the caller decides what they mean.
+
+def find_sessions(model: object, source: SessionSource, factory: object | None) -> Found:
+    """Return the model's sessions with the path of each, what was searched, what was not.
+
+    The searched paths are for the error when nothing is found. `None`
+    values found at explicit paths are returned as they are; the caller
+    decides what they mean.
     """
     if source is None:
         tried: list[str] = []
@@ -132,20 +131,20 @@ def find_sessions(
             if value is MISSING:
                 tried.append(name)
             elif _may_be_session(value):
-                return [(where(model, name, value)[0], value)], (name,)
+                return [(where(model, name, value)[0], value)], (name,), ()
             else:  # a package's own wrapper, say: discovery looks inside it
                 tried.append(f"{name} (a {type(value).__name__}, not a session)")
-        found, searched = _remembered_sessions(model) or discover_sessions(model)
+        found, searched, unreached = discover_sessions(model)
         if found and logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "%s: found onnxruntime sessions at %s.",
                 describe(model, factory),
                 ", ".join(repr(path) for path, _ in found),
             )
-        return found, (*tried, *searched)
+        return found, (*tried, *searched), unreached
     if isinstance(source, tuple):
-        return _sessions_at_paths(model, source, factory), source
-    return _sessions_from_callable(model, source, factory), ()
+        return _sessions_at_paths(model, source, factory), source, ()
+    return _sessions_from_callable(model, source, factory), (), ()
 
 
 def _sessions_at_paths(
@@ -261,14 +260,15 @@ def is_session(value: object) -> bool:
         return False
 
 
-def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[str, ...]]:
+def discover_sessions(model: object) -> Found:
     """Find the sessions among `model`'s instance attributes, breadth first.
 
     Goes `MAX_DEPTH` attribute levels down, through lists, tuples and dicts,
     looking at no more than `MAX_ITEMS` items of one container and
     `MAX_VALUES` values in all, and visiting each object once (cycles end
     there). Returns the sessions found with their paths (each session once,
-    under the first path it was found at), and the attribute paths searched.
+    under the first path it was found at), the attribute paths searched, and
+    the paths of what the limits left out that could hold a session.
     """
     search = _Search(model)
     level: list[tuple[object, _Steps]] = [(model, ())]
@@ -279,9 +279,9 @@ def discover_sessions(model: object) -> tuple[list[tuple[str, object]], tuple[st
                 steps = (*owner_steps, (False, name))
                 search.attribute(steps, value, below if depth < MAX_DEPTH else None)
                 if search.budget < 0:
+                    search.unreached.append(f"the rest of the model (past {MAX_VALUES} values)")
                     return search.result()
         level = below
-    _remember(model, search.found)
     return search.result()
 
 
@@ -291,30 +291,34 @@ class _Search:
     def __init__(self, model: object) -> None:
         self.found: list[tuple[_Steps, object]] = []
         self.searched: list[str] = []
+        self.unreached: list[str] = []
         self.seen = {id(model)}
         self.budget = MAX_VALUES
 
-    def result(self) -> tuple[list[tuple[str, object]], tuple[str, ...]]:
-        return [(_path(steps), session) for steps, session in self.found], tuple(self.searched)
+    def result(self) -> Found:
+        found = [(_path(steps), session) for steps, session in self.found]
+        return found, tuple(self.searched), tuple(self.unreached)
 
     def attribute(
         self, steps: _Steps, value: object, below: list[tuple[object, _Steps]] | None
     ) -> None:
         """Look at one attribute's value: a session, an object for `below`, or containers.
 
-        `below` is `None` at the last level.
+        `below` is `None` at the last level, whose objects are only noted when
+        they could hold a session.
         """
         self.searched.append(_path(steps))
         self.budget -= 1
-        records: dict[type, int] = {}  # plain records seen per class, in this attribute
         pending: list[tuple[_Steps, object, int]] = [(steps, value, 0)]
         while pending:
             item_steps, item, nesting = pending.pop()
             if isinstance(item, _SCALARS):  # most attributes: nothing to look into
                 continue
             if isinstance(item, _CONTAINERS):
+                children, rest = _items(item)
+                if rest or nesting >= MAX_NESTING:
+                    self._left_out(item_steps, rest or children)
                 if nesting < MAX_NESTING:
-                    children = _items(item)
                     self.budget -= len(children)
                     pending.extend(
                         ((*item_steps, (True, key)), child, nesting + 1)
@@ -326,128 +330,19 @@ class _Search:
             self.seen.add(id(item))
             if is_session(item):
                 self.found.append((item_steps, item))
-            elif nesting and _skipped_as_record(item, records):
-                continue
             elif below is not None:
                 below.append((item, item_steps))
+            elif not all(isinstance(child, _SCALARS) for _, child in _instance_attributes(item)):
+                self.unreached.append(f"{_path(item_steps)} (past {MAX_DEPTH} levels)")
 
+    def _left_out(self, steps: _Steps, items: list[tuple[object, object]]) -> None:
+        """Note a container whose items past the limits could hold a session."""
+        if not all(isinstance(child, _SCALARS) for _, child in items):
+            self.unreached.append(f"{_path(steps) or 'the model'} (past the first {MAX_ITEMS} items)")
 
-# --- remembered layouts ------------------------------------------------------
 
 _Steps = tuple[tuple[bool, object], ...]
 """A path as steps: `(False, name)` reads an instance attribute, `(True, key)` an item."""
-
-_Shape = tuple[tuple[object, ...], tuple[type, ...], tuple[tuple[int, int], ...]]
-"""A model's own attributes: their names, their types, and the size of each container among them."""
-
-_LAYOUTS: weakref.WeakKeyDictionary[type, tuple[_Shape, tuple[tuple[str, _Steps], ...]]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per class, the shape of the last model searched in full, and where its sessions were."""
-
-
-def _own_attributes(model: object) -> dict[Any, object]:
-    """`model`'s instance attributes as discovery reads them: its `__dict__` itself, if plain."""
-    cls = type(model)
-    dict_descriptor, slots = _layout(cls)
-    namespace = None if dict_descriptor is None or slots else dict_descriptor.__get__(model, cls)
-    return namespace if type(namespace) is dict else dict(_instance_attributes(model))
-
-
-def _remember(model: object, found: list[tuple[_Steps, object]]) -> None:
-    """Remember where `model`'s sessions were found, when their paths can be followed again."""
-    steps = [(_path(path), path) for path, _ in found]
-    if steps and all(isinstance(key, str | int) for _, path in steps for _, key in path):
-        values = list(_own_attributes(model).items())
-        shape = (
-            tuple(name for name, _ in values),
-            tuple(type(value) for _, value in values),
-            tuple(
-                (index, len(value))
-                for index, (_, value) in enumerate(values)
-                if isinstance(value, _CONTAINERS)
-            ),
-        )
-        with contextlib.suppress(TypeError):  # a class that takes no weak reference
-            _LAYOUTS[type(model)] = (shape, tuple(steps))
-
-
-def _remembered_sessions(
-    model: object,
-) -> tuple[list[tuple[str, object]], tuple[str, ...]] | None:
-    """The sessions at the paths remembered for `model`'s class, or `None` to search in full.
-
-    Only a model whose own attributes have the remembered shape is read there.
-    """
-    try:
-        (names, kinds, sizes), layout = _LAYOUTS[type(model)]
-    except (KeyError, TypeError):
-        return None
-    namespace = _own_attributes(model)
-    values = list(namespace.values())
-    if (
-        tuple(namespace) != names
-        or tuple(map(type, values)) != kinds
-        or any(len(values[index]) != size for index, size in sizes)  # type: ignore[arg-type]
-    ):
-        return None
-    found = []
-    for path, steps in layout:
-        value = _at(namespace.get(steps[0][1], MISSING), steps[1:])
-        if not is_session(value):
-            return None
-        found.append((path, value))
-    return found, tuple(path for path, _ in layout)
-
-
-def _at(value: object, steps: _Steps) -> object:
-    """The value that `steps` lead to below `value`, or `MISSING`."""
-    for is_item, key in steps:
-        if not is_item:
-            value = _instance_attribute(value, key)
-        elif isinstance(value, dict):
-            value = dict.get(value, key, MISSING)
-        elif isinstance(value, list | tuple) and isinstance(key, int) and key < len(value):
-            value = value[key]
-        else:
-            return MISSING
-        if value is MISSING:
-            return MISSING
-    return value
-
-
-RECORDS_LOOKED_AT = 8
-"""How many plain records of one class in one container discovery reads before it skips them.
-
-A plain record (only strings, numbers and flat lists or dicts of them, as
-a file-type table holds) cannot hold a session; once this many of one class
-proved plain, the rest of that class in the same container are taken to be
-like them.
-"""
-
-
-def _skipped_as_record(item: object, records: dict[type, int]) -> bool:
-    """Whether `item`, an object inside a container, is a plain record to skip."""
-    cls = type(item)
-    seen = records.get(cls, 0)
-    if seen >= RECORDS_LOOKED_AT:
-        return True
-    if not all(_flat(value) for _, value in _instance_attributes(item)):
-        return False
-    records[cls] = seen + 1
-    return True
-
-
-def _flat(value: object) -> bool:
-    """Whether `value` is a plain value, or a list, tuple or dict of plain values."""
-    if isinstance(value, _SCALARS):
-        return True
-    if isinstance(value, _CONTAINERS):
-        return all(
-            isinstance(key, _SCALARS) and isinstance(child, _SCALARS)
-            for key, child in _items(value)
-        )
-    return False
 
 
 _SCALARS = (str, bytes, int, float, complex, type(None))
@@ -456,13 +351,16 @@ _SCALARS = (str, bytes, int, float, complex, type(None))
 _CONTAINERS = (list, tuple, dict)
 
 
-def _items(container: object) -> list[tuple[object, object]]:
-    """The first `MAX_ITEMS` items of a list, tuple or dict, read with the base type's methods."""
+def _items(container: object) -> tuple[list[tuple[object, object]], list[tuple[object, object]]]:
+    """The first `MAX_ITEMS` items of a list, tuple or dict, and the rest's values that are
+    not scalars, read with the base type's methods."""
     if isinstance(container, dict):
-        return list(itertools.islice(dict.items(container), MAX_ITEMS))
-    if isinstance(container, list):
-        return list(enumerate(list.__getitem__(container, slice(0, MAX_ITEMS))))
-    return list(enumerate(tuple.__getitem__(container, slice(0, MAX_ITEMS))))  # type: ignore[call-overload]
+        items = list(dict.items(container))
+    else:
+        base = list if isinstance(container, list) else tuple
+        items = list(enumerate(base.__iter__(container)))  # type: ignore[attr-defined]
+    rest = [item for item in items[MAX_ITEMS:] if not isinstance(item[1], _SCALARS)]
+    return items[:MAX_ITEMS], rest
 
 
 def _path(steps: _Steps) -> str:
@@ -520,7 +418,8 @@ def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     for klass in cls.__mro__:
         descriptor = klass.__dict__.get("__dict__")
         if descriptor is not None:
-            if isinstance(descriptor, types.GetSetDescriptorType):
+            # A getset for Python classes; a member for some C types (SimpleNamespace).
+            if isinstance(descriptor, types.GetSetDescriptorType | types.MemberDescriptorType):
                 dict_descriptor = descriptor
             break
     slots: list[tuple[str, Any]] = []

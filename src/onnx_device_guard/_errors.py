@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+_E = TypeVar("_E", bound="DeviceGuardError")
+
 DOCS_URL = "https://onnx-device-guard.readthedocs.io/en/latest/"
 """Where the built documentation site lives; every `help_url` starts here."""
 
@@ -59,6 +63,17 @@ class DeviceGuardError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} (see {self.help_url})"
+
+    def in_context(self: _E, before: str = "", after: str = "") -> _E:
+        """This error again, its message between `before` and `after`: same type and `help_url`.
+
+        Examples:
+            >>> from onnx_device_guard import ModelInputError
+            >>> error = ModelInputError("bad device.").in_context("Loading m: ")
+            >>> type(error).__name__, error.message
+            ('ModelInputError', 'Loading m: bad device.')
+        """
+        return type(self)(f"{before}{self.message}{after}", help_url=self.help_url)
 
 
 class ModelInputError(DeviceGuardError, ValueError):

@@ -19,7 +19,7 @@ from ._classes import guard_class, read_signature
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._messages import short_repr
-from ._model_alignment import Call, align_model
+from ._model_alignment import Call, call_and_align, call_and_align_async
 from ._options import (
     DeviceMismatchResolutionMode,
     DeviceSource,
@@ -51,7 +51,7 @@ def device_guard(
     session_attr: SessionAttr | None = None,
     device_attr: str | None = None,
     device: DeviceSource | None = None,
-    require_session: bool = True,
+    require_session: bool | None = None,
     follow: bool = True,
 ) -> _Decorator: ...
 
@@ -66,7 +66,7 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
     session_attr: SessionAttr | None = None,
     device_attr: str | None = None,
     device: DeviceSource | None = None,
-    require_session: bool = True,
+    require_session: bool | None = None,
     follow: bool = True,
 ) -> Any:
     """Align the device of the model that a `from_pretrained`-style factory returns.
@@ -230,16 +230,14 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
 
         @functools.wraps(factory)
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-            model = await factory(*args, **kwargs)
-            align_model(model, options, Call(factory, args, kwargs, signature))
-            return model
+            call = Call(factory, args, kwargs, signature)
+            return await call_and_align_async(factory, args, kwargs, options, call)
 
         return guarded_async
 
     @functools.wraps(factory)
     def guarded_factory(*args: Any, **kwargs: Any) -> Any:
-        model = factory(*args, **kwargs)
-        align_model(model, options, Call(factory, args, kwargs, signature))
-        return model
+        call = Call(factory, args, kwargs, signature)
+        return call_and_align(factory, args, kwargs, options, call)
 
     return guarded_factory

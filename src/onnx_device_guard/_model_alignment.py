@@ -1,19 +1,22 @@
-"""Aligning a model object: find its sessions and device, align, write back, report.
+"""Aligning a model object: its sessions and the devices asked for, aligned, written back.
 
 One function, `align_model`, does the whole job for `device_guard`, `patch`
-and `realign`. Besides the model's device attribute it checks what the
-factory's call asked for: many loaders take the device as an argument
-(`load(path, device="cuda")`) or a flag (`use_cuda=True`) and keep no device
-on the model, or one that already says `cpu`. So the call's `device` argument,
-bound through the factory's signature, and the `device=` option (a device, or
-a function of the call's arguments) are checked too. When the guard follows
-the model, the watch on its sessions starts before their providers are read,
-so a change that lands during the load is never missed.
+and `realign`. A model's sessions are those born during its load (`_births`),
+whatever holds them; a model built from sessions made before the call is
+searched (`_discovery`). The devices asked for are the call's `device`
+argument (or the `device=` option, which then speaks for the call), what the
+sessions' providers asked for, and the model's device attribute, which gets
+the aligned device written back. A model with no session yet is checked when
+its sessions are born. When the guard follows the model, the watch on its
+sessions starts before their providers are read, so a change that lands
+during the load is never missed.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -21,6 +24,7 @@ from typing import Any, cast
 import torch
 
 from ._alignment import Details, Fallback, plan_alignment, report_fallback
+from ._births import Birth, await_births, birth_of, collecting, use, why_dropped
 from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
@@ -33,14 +37,12 @@ from ._discovery import (
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
 from ._follow import Origin, watch
-from ._lazy import await_sessions
 from ._messages import MISSING, error_text, logger, short_repr
 from ._options import (
     DeviceMismatchResolutionMode,
     DeviceOption,
     GuardOptions,
     SessionAttr,
-    SessionSource,
     guard_options,
 )
 from ._policy import in_force
@@ -48,81 +50,142 @@ from ._policy import in_force
 _SEARCHED_SHOWN = 12
 """How many of the searched attribute paths an error lists."""
 
+Sessions = list[tuple[str, object]]
+"""A model's sessions, each with the name messages give it."""
+
 
 def align_model(
     model: object,
     options: GuardOptions,
     call: Call | None = None,
     origin: Origin | None = None,
+    born: list[object] | None = None,
 ) -> torch.device | None:
     """Align `model`'s device with its sessions; return the device they read.
 
-    Every device asked for is checked, in order: the `call`'s `device`
-    argument, the `device=` option, then the model's device attribute, which
-    gets the aligned device written back; a fallback is reported once, after
-    that. With `options.follow` the model then follows its sessions
-    (`_follow`), watched for `origin`. Without `options.require_session`, a
-    model without a session is left as it is (`None`) until they appear (`_lazy`).
+    `born` are the sessions created during the call that returned `model`.
+    Every device asked for is checked, and the model's device attribute gets
+    the aligned device; a fallback is reported once, after that. With
+    `options.follow` the model then follows its sessions (`_follow`), watched
+    for `origin`. A model without a session is left as it is (`None`), and
+    checked when its sessions are born.
     """
-    factory = None if call is None else call.factory
-    found = find_sessions(model, options.session_attr, factory)
-    attribute = find_device_attribute(model, options.device_attr, factory)
-    asked = asked_devices(options.device, call, model, strict=attribute is None)
-    return _Load(options, factory, asked, origin).align(model, found, attribute)
+    load = _Load(options, None if call is None else call.factory, call, origin)
+    if born and options.session_attr is None:
+        references = tuple(_reference(session) for session in born)
+        load = _Load(options, load.factory, call, origin, references)
+    return load.align(model)
+
+
+def call_and_align(
+    factory: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: GuardOptions,
+    call: Call | None = None,
+    origin: Origin | None = None,
+) -> Any:
+    """Call `factory`, collecting the sessions born meanwhile, then align what it returned."""
+    use(permanent=True)
+    with collecting() as born:
+        model = factory(*args, **kwargs)
+    align_model(model, options, call or Call(factory, args, kwargs), origin, born)
+    return model
+
+
+async def call_and_align_async(
+    factory: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: GuardOptions,
+    call: Call | None = None,
+    origin: Origin | None = None,
+) -> Any:
+    """`call_and_align` for an `async def` factory: aligned once the coroutine has finished."""
+    use(permanent=True)
+    with collecting() as born:
+        model = await factory(*args, **kwargs)
+    align_model(model, options, call or Call(factory, args, kwargs), origin, born)
+    return model
+
+
+def _reference(session: object) -> Callable[[], object]:
+    """A weak reference to `session` where it takes one, else the session itself."""
+    try:
+        return weakref.ref(session)
+    except TypeError:
+        return lambda: session
 
 
 @dataclass(frozen=True)
 class _Load:
-    """What a load asked for, to align its model now and again later (a change, a call)."""
+    """What a load was told and made, to align its model now and again later."""
 
     options: GuardOptions
     factory: object | None
-    asked: Asked
+    call: Call | None = None
     origin: Origin | None = None
+    born: tuple[Callable[[], object], ...] = ()
+    """The sessions born during the load, held weakly."""
     made_with: tuple[DeviceMismatchResolutionMode, torch.device, bool] | None = None
     """The mode, fallback device and `warn` a followed load was made with, kept for a change."""
 
     def again(self, model: object, *change: object) -> torch.device | None:
-        """Align `model` again, its sessions and device attribute read anew (`change` unused)."""
-        found = find_sessions(model, self.options.session_attr, self.factory)
-        attribute = find_device_attribute(model, self.options.device_attr, self.factory)
-        return self.align(model, found, attribute)
+        """Align `model` again after a change of its sessions' providers (`change` unused)."""
+        return self.align(model)
 
-    def align(
-        self,
-        model: object,
-        found: tuple[list[tuple[str, object]], tuple[str, ...]],
-        attribute: DeviceAttribute | None,
-    ) -> torch.device | None:
-        """Align `model`, whose sessions (with what was searched) and attribute were read."""
+    def born_later(self, model: object, session: object) -> torch.device | None:
+        """Align `model`, which had no session at its load, with a session it opened now."""
+        later = _Load(self.options, self.factory, self.call, self.origin, (*self.born, _reference(session)))
+        return later.align(model, opened_later=True)
+
+    def sessions(self, model: object) -> tuple[Sessions, tuple[str, ...], tuple[str, ...]]:
+        """The model's sessions, the attribute paths searched, and what the search left out."""
+        born = [session for session in (reference() for reference in self.born) if session]
+        if born:
+            return _named(born), (), ()
+        return find_sessions(model, self.options.session_attr, self.factory)
+
+    def align(self, model: object, opened_later: bool = False) -> torch.device | None:
+        """Align `model` with its sessions, read now."""
         options, factory = self.options, self.factory
-        sessions = [(path, session) for path, session in found[0] if session is not None]
+        found, searched, unreached = self.sessions(model)
+        sessions = [(name, session) for name, session in found if session is not None]
+        mode, fallback, warn = self.made_with or self._in_force(model, sessions)
+        if unreached:
+            _unreached(model, factory, unreached, fail=mode == "fail" and not sessions)
         if not sessions:
-            if options.require_session:
-                raise _no_session(model, factory, options.session_attr, found[1])
-            logger.debug(
-                "%s, which holds no onnxruntime session yet; checked again when it has one "
-                "(require_session=False).",
-                describe(model, factory),
-            )
-            await_sessions(model, self.again)
-            return None
-        checks: list[tuple[object, str]] = list(self.asked)
+            return self._wait(model, searched)
+        births = [birth_of(session) for _, session in sessions]
+        attribute = find_device_attribute(model, options.device_attr, factory)
+        explained = attribute is not None or any(births)
+        checks = asked_devices(options.device, self.call, model, strict=not explained)
+        asking = [(name, s) for (name, s), b in zip(sessions, births, strict=True) if b and b.asked]
+        checks += [(_birth_device(s), f"the providers session {n!r} asked for") for n, s in asking]
         if attribute is not None:
             checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
         if not checks:
+            if explained:  # sessions that asked for the CPU only, and no device anywhere
+                return None
             raise _no_device(model, factory)
         try:
-            mode, fallback, warn = self.made_with or in_force(options.settings)  # a bad variable
             devices = [(as_device(value, "device"), source) for value, source in checks]
         except ModelInputError as error:
             raise self._in_context(error, model, sessions, checks[-1][1]) from error
         if options.follow and self.made_with is None:  # a change is not followed again
-            later = _Load(options, factory, self.asked, None, (mode, fallback, warn))
+            later = _Load(options, factory, self.call, None, self.born, (mode, fallback, warn))
             watch(model, sessions, later.again, key=id(options), origin=self.origin)
-        aligned, report, source = self._plan(model, sessions, devices, mode, fallback)
+        checked = asking or sessions  # a session asked for the CPU alone runs there on purpose
+        dropped = [b for b in births if b is not None and b.dropped]
+        note = "; its session was opened after the load" if opened_later else ""
+        if dropped:
+            note += f". {why_dropped(dropped[0].asked[0])}"
+        aligned, report, source = self._plan(model, checked, devices, (mode, fallback), note)
         if report is None:
             return aligned
+        heard = bool(dropped) and all(birth.reported for birth in dropped)
+        for birth in dropped:
+            birth.reported = True
         outcome = (
             ""
             if attribute is None or devices[-1][0] == aligned  # the attribute's own, checked
@@ -131,25 +194,57 @@ class _Load:
         details = Details(
             applied=attribute is not None,
             outcome=outcome,
-            context=f"{context(model, factory)}; device from {source}",
+            context=f"{context(model, factory)}; device from {source}{note}",
             factory=None if factory is None else factory_name(factory),
             device_attr=None if attribute is None else attribute.path,
+            packages=_packages(factory) if opened_later and self.origin is not None else (),
         )
-        report_fallback(report, warn, details)
+        report_fallback(report, warn and not heard, details)
         return aligned
+
+    def _in_force(
+        self, model: object, sessions: Sessions
+    ) -> tuple[DeviceMismatchResolutionMode, torch.device, bool]:
+        try:
+            return in_force(self.options.settings)  # a bad environment variable raises here
+        except ModelInputError as error:
+            raise self._in_context(error, model, sessions, "the environment") from error
+
+    def _wait(self, model: object, searched: tuple[str, ...]) -> None:
+        """Leave a model without a session to be checked when its sessions are born."""
+        options, factory = self.options, self.factory
+        explicit = options.session_attr is not None
+        strict = options.require_session
+        if strict or (strict is None and (explicit or _never_holds_one(model))):
+            raise _no_session(model, factory, options.session_attr, searched)
+        if not await_births(model, self.born_later):
+            logger.warning(
+                "%s holds no onnxruntime session, and its class takes no weak reference "
+                "(__slots__ without '__weakref__'), so sessions it opens later are checked only "
+                "under watch_sessions().",
+                describe(model, factory),
+            )
+            return None
+        logger.debug(
+            "%s, which holds no onnxruntime session yet; its sessions are checked when born.",
+            describe(model, factory),
+        )
+        return None
 
     def _plan(
         self,
         model: object,
-        sessions: list[tuple[str, object]],
+        sessions: Sessions,
         devices: list[tuple[torch.device, str]],
-        mode: DeviceMismatchResolutionMode,
-        fallback: torch.device,
+        settings: tuple[DeviceMismatchResolutionMode, torch.device],
+        note: str,
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device with the sessions; the last aligned, the first fallback, its source.
 
         A device asked for twice (the call's and the model's `cuda:0`) is aligned once.
+        `note` ends the context of an error.
         """
+        mode, fallback = settings
         names = [path for path, _ in sessions]
         first: tuple[Fallback | None, str] = (None, "")
         aligned: dict[torch.device, torch.device] = {}
@@ -164,24 +259,54 @@ class _Load:
                 raise self._in_context(error, model, sessions, source) from error
             except EnvironmentConfigurationError as error:
                 single = "" if len(names) > 1 else f"; session {names[0]!r}"
-                raise EnvironmentConfigurationError(
-                    f"{error.message} ({context(model, self.factory)}{single}; "
-                    f"device from {source})",
-                    help_url=error.help_url,
-                ) from None
+                where = f" ({context(model, self.factory)}{single}; device from {source}{note})"
+                raise error.in_context(after=where) from None
             if first[0] is None and planned is not None:
                 first = (planned, source)
         return aligned[devices[-1][0]], *first
 
     def _in_context(
-        self, error: ModelInputError, model: object, sessions: list[tuple[str, object]], source: str
+        self, error: ModelInputError, model: object, sessions: Sessions, source: str
     ) -> ModelInputError:
         """`error`, its message naming the model, its sessions and where the device came from."""
-        return ModelInputError(
-            f"{describe(model, self.factory)}, with session attribute(s) "
-            f"{', '.join(repr(name) for name, _ in sessions)} and {source}: {error.message}",
-            help_url=error.help_url,
-        )
+        named = ", ".join(repr(name) for name, _ in sessions) or "none"
+        return error.in_context(f"{describe(model, self.factory)}, with sessions {named} and {source}: ")
+
+
+def _named(born: list[object]) -> Sessions:
+    """Born sessions named by their model files (`#n` added where two share one)."""
+    names = [os.path.basename(birth.file) if (birth := birth_of(s)) else "session" for s in born]
+    return [
+        (name if names.count(name) == 1 else f"{name}#{number}", session)
+        for number, (name, session) in enumerate(zip(names, born, strict=True))
+    ]
+
+
+def _birth_device(session: object) -> str:
+    return cast(Birth, birth_of(session)).device or "cpu"
+
+
+def _packages(factory: object | None) -> tuple[str, ...]:
+    """The top-level package of a patched loader, whose own frames a warning skips."""
+    module = getattr(factory, "__module__", None)
+    return (module.partition(".")[0],) if isinstance(module, str) else ()
+
+
+def _never_holds_one(model: object) -> bool:
+    """Whether a factory's result can never open a session of its own later."""
+    return model is None or inspect.isawaitable(model) or isinstance(model, tuple | str | bytes | int | float)
+
+
+def _unreached(model: object, factory: object | None, unreached: tuple[str, ...], fail: bool) -> None:
+    """Say what the attribute search could not reach: DEBUG, or an error in `"fail"` mode."""
+    text = (
+        f"{describe(model, factory)}; the search for its sessions stopped short of "
+        f"{', '.join(unreached[:_SEARCHED_SHOWN])}. Pass session_attr= naming where its "
+        "sessions are, or create them inside the guarded call."
+    )
+    if fail:
+        raise DeviceGuardError(text)
+    logger.debug(text)
 
 
 def _write_back(
@@ -330,36 +455,36 @@ Asked = list[tuple[torch.device, str]]
 
 
 def asked_devices(option: DeviceOption, call: Call | None, model: object, *, strict: bool) -> Asked:
-    """The devices the call asks for: its `device` argument, then the `device=` option.
+    """What the call asks for: the `device=` option when given, else its `device` argument.
 
     A `device` argument of `None` means "the package chooses" and is skipped.
-    `strict` is for a model without a device attribute, which the call alone
-    describes: a value that is no device is then an error; else such a value
-    (a package's own `"auto"` or `0`) is left to the package, with a DEBUG record.
+    `strict` is for a model that nothing else explains (no device attribute,
+    no session with a birth record): a value that is no device is then an
+    error; else such a value (a package's own `"gpu"` or `"auto"`) is left to
+    the package, with a DEBUG record.
     """
-    fixed: Asked = [(option, "the device= option")] if isinstance(option, torch.device) else []
+    if isinstance(option, torch.device):
+        return [(option, "the device= option")]
     if call is None:
         if callable(option):
             raise ModelInputError(
                 f"device={factory_name(option)} is a callable of a factory call's arguments, "
                 "but there is no call here. Pass the device itself (device='cuda')."
             )
-        return fixed
+        return []
+    if callable(option):
+        return [_from_callable(option, call_arguments(call, model), model, call.factory)]
     value = call.device_argument()
-    arguments: dict[str, Any] = {}
-    if value is MISSING or callable(option):  # the whole call is needed
+    if value is MISSING:  # no signature read at decoration: bind the whole call
         try:
-            arguments = call_arguments(call, model)
+            value = call_arguments(call, model).get("device")
         except DeviceGuardError:
-            if strict or callable(option):
+            if strict:
                 raise
-        value = arguments.get("device")  # the model's attribute says what it uses
+            value = None
     source = "the call's device argument"
     device = None if value is None else _as_asked(value, source, model, call.factory, strict)
-    asked: Asked = [] if device is None else [(device, source)]
-    if callable(option):
-        return [*asked, _from_callable(option, arguments, model, call.factory)]
-    return asked + fixed
+    return [] if device is None else [(device, source)]
 
 
 def _from_callable(
@@ -392,7 +517,7 @@ def _as_asked(
     try:
         return as_device(value, "device")
     except ModelInputError:
-        if strict and isinstance(value, torch.device | str):
+        if strict and isinstance(value, torch.device | str | int):
             raise
         if strict:
             raise ModelInputError(

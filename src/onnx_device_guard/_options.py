@@ -96,7 +96,8 @@ class GuardOptions:
     session_attr: SessionSource = None
     device_attr: str | None = None
     device: DeviceOption = None
-    require_session: bool = True
+    require_session: bool | None = None
+    """`True` refuses a model without a session; `None` only one that can never open one."""
     follow: bool = True
 
     def __str__(self) -> str:
@@ -118,7 +119,7 @@ def guard_options(  # noqa: PLR0913 - one keyword per documented option
     session_attr: object = None,
     device_attr: object = None,
     device: object = None,
-    require_session: object = True,
+    require_session: object = None,
     follow: object = True,
 ) -> GuardOptions:
     """Check every option of the guard and return them as one `GuardOptions`.
@@ -131,7 +132,9 @@ def guard_options(  # noqa: PLR0913 - one keyword per documented option
         session_attr=_session_source(session_attr),
         device_attr=None if device_attr is None else _device_attr(device_attr),
         device=_device_option(device),
-        require_session=check_flag("require_session", require_session),
+        require_session=None
+        if require_session is None
+        else check_flag("require_session", require_session),
         follow=check_flag("follow", follow),
     )
 

@@ -27,12 +27,13 @@ from typing import Any
 
 import wrapt
 
+from ._births import release, use
 from ._classes import class_guard, guard_class, unguard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._follow import stop_following
 from ._messages import short_repr
-from ._model_alignment import Call, align_model
+from ._model_alignment import call_and_align, call_and_align_async
 from ._options import (
     DeviceMismatchResolutionMode,
     DeviceSource,
@@ -58,7 +59,7 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
     session_attr: SessionAttr | None = None,
     device_attr: str | None = None,
     device: DeviceSource | None = None,
-    require_session: bool = True,
+    require_session: bool | None = None,
     follow: bool = True,
 ) -> Patch:
     """Guard a third-party model loader where it is defined, without editing its package.
@@ -158,6 +159,7 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
             # Applied now if the module is loaded, else when it is imported.
             wrapt.register_post_import_hook(installation.on_import, installation.module_name)
             _installed[target] = installation
+            use()  # sessions are observed at birth while the patch is in place
         elif installation.options != options:
             raise ModelInputError(
                 f"{target!r} is already patched with other options "
@@ -279,6 +281,7 @@ class Patch:
                 installation.stop()
                 if _installed.get(installation.target) is installation:
                     del _installed[installation.target]
+                release()
 
     def __enter__(self) -> Patch:
         return self
@@ -325,6 +328,7 @@ class _Installation:
                     self.lost = True
                 elif _installed.get(self.target) is self:  # it never took: let a new patch() in
                     del _installed[self.target]
+                    release()
                 raise
 
     def stop(self) -> None:
@@ -474,19 +478,10 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         self, wrapped: Any, target: str, options: GuardOptions, origin: object = None
     ) -> None:
         function = wrapped.__func__ if isinstance(wrapped, classmethod | staticmethod) else wrapped
-        if inspect.iscoroutinefunction(function):
+        align = call_and_align_async if inspect.iscoroutinefunction(function) else call_and_align
 
-            async def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:
-                model = await wrapped(*args, **kwargs)
-                align_model(model, options, Call(wrapped, args, kwargs), origin)  # type: ignore[arg-type]
-                return model
-
-        else:
-
-            def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:  # type: ignore[misc]
-                model = wrapped(*args, **kwargs)
-                align_model(model, options, Call(wrapped, args, kwargs), origin)  # type: ignore[arg-type]
-                return model
+        def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:
+            return align(wrapped, args, kwargs, options, origin=origin)  # type: ignore[arg-type]
 
         # The instance is never passed on: wrapt has already bound `wrapped`.
         super().__init__(wrapped, guard)

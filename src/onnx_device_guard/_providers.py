@@ -1,4 +1,4 @@
-"""Which execution providers read GPU memory, and reading them off a session."""
+"""Which execution providers read GPU memory, and reading them off a session (no torch here)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,16 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._devices import MAX_DEVICE_INDEX
 from ._errors import ModelInputError
 from ._messages import logger, short_repr, short_str
+
+MAX_DEVICE_INDEX = 127
+"""The largest device index torch keeps as it is.
+
+torch stores a device index in a signed byte: `torch.device("cuda", 128)`
+comes back as `cuda:-128`, the string `"cuda:128"` as index 65408 and
+`"cuda:256"` as `cuda:0`.
+"""
 
 GPU_CAPABLE_EXECUTION_PROVIDERS: frozenset[str] = frozenset(
     {

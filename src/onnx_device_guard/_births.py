@@ -1,0 +1,423 @@
+"""Sessions observed where they are born: what each asked for, and what it got.
+
+While a watch, a patch or a guarded load needs it, `InferenceSession.__init__`
+is wrapped on the class (wrapt, as an instrumentor does), and
+`SessionOptions.add_provider` beside it; the last `undo()` puts both back by
+identity. Each session made then gets a `Birth`, kept beside it in a
+`WeakKeyDictionary`, and is handed to the first that owns it:
+
+* the guarded load in progress in this context (`collecting`), which checks
+  it together with the model it belongs to;
+* a guarded model that had no session at its load and is now among the
+  callers' first arguments (`await_births`), aligned as its load would have been;
+* a `watch_sessions` in force, which checks it on its own.
+
+Nothing here imports torch until a fallback is reported, so a watched program
+pays for torch only when it has something to hear. Sessions that onnxruntime
+makes without `__init__` (`InferenceSession._from_initialized_c_session`, for
+model packages) are not observed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._errors import EnvironmentConfigurationError, help_url
+from ._messages import logger, short_repr
+from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, parse_device_id
+
+if TYPE_CHECKING:
+    from ._options import Settings
+
+_HELP = help_url("troubleshooting", "no-data-transfer-registered")
+
+
+@dataclass(eq=False)
+class Birth:
+    """What one session was asked for when it was created, and what it got."""
+
+    file: str
+    """The model it was made from: its path, or the size of the bytes it was given."""
+    asked: tuple[str, ...]
+    """The GPU-capable providers it was asked for, in order (empty: the CPU only)."""
+    device_id: int
+    """The `device_id` asked of the first of them (0 when none was given)."""
+    got: tuple[str, ...]
+    """The providers it runs."""
+    reported: bool = False
+    """Whether its fallback was reported already, so that no one reports it again."""
+
+    @property
+    def device(self) -> str | None:
+        """The torch device its providers ask for (`cuda:<device_id>`), or `None`."""
+        return f"cuda:{self.device_id}" if self.asked else None
+
+    @property
+    def dropped(self) -> bool:
+        """Whether it asked for a GPU and runs none of the GPU providers it asked for."""
+        return bool(self.asked) and not any(name in self.got for name in self.asked)
+
+
+_RECORDS: weakref.WeakKeyDictionary[Any, Birth] = weakref.WeakKeyDictionary()
+_ADDED: weakref.WeakKeyDictionary[Any, list[tuple[str, Mapping[str, str]]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The providers each `SessionOptions` was given with `add_provider`."""
+
+
+def birth_of(session: object) -> Birth | None:
+    """The birth record of `session`, if it was born while observed."""
+    try:
+        return _RECORDS.get(session)
+    except TypeError:  # not weakly referenceable: a fake, never observed
+        return None
+
+
+# --- who owns a birth --------------------------------------------------------
+
+_LOAD: ContextVar[list[object] | None] = ContextVar("onnx_device_guard_load", default=None)
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list[object]]:
+    """Collect the sessions born in this context during the block, for a guarded load.
+
+    An inner load's sessions are the outer load's too: the inner one reports,
+    and a fallback it reported is not reported again.
+    """
+    outer = _LOAD.get()
+    born: list[object] = []
+    token = _LOAD.set(born)
+    try:
+        yield born
+    finally:
+        _LOAD.reset(token)
+        if outer is not None:
+            outer.extend(born)
+
+
+_PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object]]] = {}
+"""Guarded models without a session yet, by id: a weak reference, and their check."""
+
+_MAX_CALLERS = 64
+"""How many calling frames are looked through for a pending model."""
+
+
+def await_births(model: object, check: Callable[[Any, object], object]) -> bool:
+    """Check each session that `model` opens later with `check(model, session)`.
+
+    The model is held weakly. Returns `False` when it cannot be (its class has
+    `__slots__` without `__weakref__`).
+    """
+    key, pending = id(model), _PENDING  # the callback may run at interpreter exit
+    try:
+        reference = weakref.ref(model, lambda _: pending.pop(key, None))
+    except TypeError:
+        return False
+    _PENDING[key] = (reference, check)
+    use(permanent=True)
+    return True
+
+
+def _pending_owner() -> tuple[object, Callable[[Any, object], object]] | None:
+    """The pending model among the callers' first arguments (`self`), with its check."""
+    frame = sys._getframe(3)  # past _born, the wrapper and wrapt
+    for _ in range(_MAX_CALLERS):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code.co_argcount:
+            entry = _PENDING.get(id(frame.f_locals.get(code.co_varnames[0])))
+            if entry is not None and (model := entry[0]()) is not None:
+                return model, entry[1]
+        frame = frame.f_back
+    return None
+
+
+# --- the watch ----------------------------------------------------------------
+
+_WATCHES: list[SessionWatch] = []
+"""The watches in force, oldest first; the oldest one's settings apply."""
+
+
+class SessionWatch:
+    """A handle on one [`watch_sessions`][onnx_device_guard.watch_sessions]: `undo()` or `with`.
+
+    Examples:
+        >>> from onnx_device_guard import watch_sessions
+        >>> with watch_sessions(warn=False) as watch:
+        ...     watch.active
+        True
+        >>> watch.active
+        False
+    """
+
+    def __init__(self, settings: Settings | None) -> None:
+        self._settings = settings
+        self._undone = False
+
+    @property
+    def active(self) -> bool:
+        """Whether this watch is still in force."""
+        return not self._undone
+
+    def undo(self) -> None:
+        """End this watch; the last one to end puts onnxruntime's classes back."""
+        with _LOCK:
+            if self._undone:
+                return
+            self._undone = True
+            _WATCHES.remove(self)
+        release()
+
+    def __enter__(self) -> SessionWatch:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.undo()
+
+    def __repr__(self) -> str:
+        return f"<onnx_device_guard session watch ({'active' if self.active else 'undone'})>"
+
+
+def watch_sessions(
+    resolution_mode: object = None, fallback_device: object = None, warn: object = None
+) -> SessionWatch:
+    """Check every onnxruntime session this process creates, from now until `undo()`.
+
+    Each `onnxruntime.InferenceSession` created while the watch is in force
+    is compared with what it was asked for: one that asked for a GPU-capable
+    provider (`providers=` as names or `(name, options)` pairs, or
+    `SessionOptions.add_provider`) and runs none of them is a fallback. In
+    `"fallback"` mode that is reported once, a `DeviceFallbackWarning` at the
+    line that created the session and a WARNING record naming the model file,
+    the provider and why onnxruntime dropped it; in `"fail"` mode the
+    constructor raises `EnvironmentConfigurationError`. The session itself is
+    left as onnxruntime made it. A session born inside a guarded load is the
+    load's to report, with the model it belongs to.
+
+    Watching twice gives two handles and still one report per session; the
+    oldest watch in force sets the options. `onnx-device-guard run -- PROGRAM`
+    runs a program with a watch in force from its first line.
+
+    Args:
+        resolution_mode: `"fail"` or `"fallback"`; `None` takes the policy
+            in force where the session is created.
+        fallback_device: Where a fallback's tensors belong, for the report;
+            `None` takes the policy's.
+        warn: `False` logs fallbacks at DEBUG only; `None` takes the policy's.
+
+    Returns:
+        A [`SessionWatch`][onnx_device_guard.SessionWatch]: `undo()` it, or
+        use it as a `with` block.
+
+    Raises:
+        ModelInputError: An option has a value it cannot take.
+
+    Examples:
+        >>> import onnxruntime
+        >>> from onnx_device_guard import example_model, watch_sessions
+        >>> with watch_sessions(resolution_mode="fail"):
+        ...     onnxruntime.InferenceSession(
+        ...         example_model(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"]
+        ...     )
+        Traceback (most recent call last):
+        onnx_device_guard.EnvironmentConfigurationError: onnxruntime dropped ...
+    """
+    settings = None
+    if (resolution_mode, fallback_device, warn) != (None, None, None):
+        from ._options import settings as check_settings
+
+        settings = check_settings(resolution_mode, fallback_device, warn)
+    watch = SessionWatch(settings)
+    with _LOCK:
+        _WATCHES.append(watch)
+    use()
+    return watch
+
+
+# --- the hooks on onnxruntime ------------------------------------------------
+
+_LOCK = threading.RLock()
+_users = 0
+"""How many watches and patches need the hooks."""
+_permanent = False
+"""Whether a guarded load or a pending model needs them until the last `release()`."""
+_hooks: list[tuple[type, str, Any]] = []
+"""The hooks in place: (class, attribute, the wrapper put there)."""
+_waiting_for_import = False
+
+
+def use(*, permanent: bool = False) -> None:
+    """Put the hooks in place (now, or when onnxruntime is imported); count a user."""
+    global _users, _permanent, _waiting_for_import
+    if permanent and _permanent and (_hooks or _waiting_for_import):
+        return  # a guarded load's fast path
+    with _LOCK:
+        if permanent:
+            _permanent = True
+        else:
+            _users += 1
+        if _hooks or _waiting_for_import:
+            return
+        import wrapt
+
+        _waiting_for_import = True
+        wrapt.register_post_import_hook(_install, "onnxruntime")  # at once if imported
+
+
+def release() -> None:
+    """Count a user less; the last one puts onnxruntime's originals back (by identity)."""
+    global _users, _permanent
+    with _LOCK:
+        _users -= 1
+        if _users > 0 or _PENDING or _LOAD.get() is not None:
+            return
+        _permanent = False
+        import wrapt
+
+        while _hooks:
+            owner, name, wrapper = _hooks.pop()
+            # Wrapped since by someone else: theirs stays, ours passes calls through.
+            with contextlib.suppress(wrapt.WrapperNotOutermostError):
+                wrapt.unwrap_object(owner, name, wrapper, missing_ok=True)
+
+
+def _install(onnxruntime: Any) -> None:
+    global _waiting_for_import
+    import wrapt
+
+    with _LOCK:
+        _waiting_for_import = False
+        if _hooks or not (_users or _permanent):
+            return
+        session_class = onnxruntime.InferenceSession
+        wrapper = wrapt.wrap_function_wrapper(session_class, "__init__", _on_init)
+        _hooks.append((session_class, "__init__", wrapper))
+        options_class = getattr(onnxruntime, "SessionOptions", None)
+        if options_class is not None and hasattr(options_class, "add_provider"):
+            wrapper = wrapt.wrap_function_wrapper(options_class, "add_provider", _on_add_provider)
+            _hooks.append((options_class, "add_provider", wrapper))
+
+
+def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    result = wrapped(*args, **kwargs)
+    with contextlib.suppress(Exception):  # never break the user's call over a record
+        name, options = (list(args) + [kwargs.get("provider_options", {})])[:2]
+        _ADDED.setdefault(instance, []).append((name, options))
+    return result
+
+
+def _on_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+    wrapped(*args, **kwargs)
+    if _hooks:  # not left inert under another wrapper
+        _born(instance, args, kwargs)
+
+
+def _born(session: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Record `session`'s birth and hand it to whoever owns it."""
+    try:
+        birth = _record(session, args, kwargs)
+        _RECORDS[session] = birth
+    except Exception as error:  # an odd subclass: its constructor's result stands
+        logger.debug("Could not read what %s was asked for: %r", short_repr(session), error)
+        return
+    load = _LOAD.get()
+    if load is not None:
+        load.append(session)
+        return
+    owner = _pending_owner() if _PENDING else None
+    if owner is not None:
+        model, check = owner
+        check(model, session)
+    elif _WATCHES and birth.dropped and not birth.reported:
+        report_birth(birth, _WATCHES[0]._settings)
+
+
+def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birth:
+    """Read what `InferenceSession(*args, **kwargs)` asked for, and what `session` got."""
+    names = ("path_or_bytes", "sess_options", "providers", "provider_options")
+    given = dict(zip(names, args, strict=False)) | kwargs
+    providers, options = given.get("providers"), given.get("provider_options")
+    asked: list[tuple[str, Mapping[str, Any]]] = []
+    for number, provider in enumerate(providers or ()):
+        if isinstance(provider, tuple):
+            asked.append(provider)
+        else:
+            asked.append((provider, options[number] if options else {}))
+    if not providers and given.get("sess_options") is not None:
+        asked = _ADDED.get(given["sess_options"], [])
+    gpu = [(name, option) for name, option in asked if name in GPU_CAPABLE_EXECUTION_PROVIDERS]
+    device_id = parse_device_id(gpu[0][1].get("device_id", 0)) if gpu else 0
+    source = given.get("path_or_bytes")
+    if isinstance(source, bytes):
+        file = f"<a model of {len(source)} bytes>"
+    else:
+        file = short_repr(os.fspath(source) if source is not None else None).strip("'")
+    got = tuple(session.get_providers())
+    return Birth(file, tuple(name for name, _ in gpu), device_id or 0, got)
+
+
+# --- reporting a birth on its own -------------------------------------------
+
+
+def why_dropped(provider: str) -> str:
+    """Why onnxruntime may have dropped `provider`, as far as this process can tell."""
+    try:
+        import onnxruntime
+
+        available = list(onnxruntime.get_available_providers())
+    except Exception:
+        available = None
+    if available is not None and provider not in available:
+        return (
+            f"This onnxruntime build has no {provider} (it offers {short_repr(available, 200)}): "
+            "install onnxruntime-gpu, and no other onnxruntime package beside it."
+        )
+    return (
+        f"onnxruntime has {provider} but could not start it; its own log, above, says why "
+        "(often a CUDA or cuDNN library it cannot load)."
+    )
+
+
+def report_birth(birth: Birth, settings: Settings | None) -> None:
+    """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`."""
+    from ._alignment import warn_at_caller
+    from ._options import Settings
+    from ._policy import in_force
+
+    mode, fallback, warn = in_force(settings or Settings())
+    provider = birth.asked[0]
+    problem = (
+        f"onnxruntime dropped {provider} for the session of {birth.file!r}: it asked for "
+        f"{list(birth.asked)} and runs only {short_repr(list(birth.got), 200)}, so it cannot "
+        f"read tensors on {birth.device!r}. {why_dropped(provider)}"
+    )
+    birth.reported = True
+    if mode == "fail":
+        raise EnvironmentConfigurationError(problem, help_url=_HELP)
+    text = f"{problem} Its tensors belong on {str(fallback)!r}."
+    if warn:
+        warn_at_caller(text)
+    logger.log(
+        30 if warn else 10,
+        text,
+        extra={
+            "odg_event": "fallback",
+            "odg_reason": "provider_dropped",
+            "odg_model_file": birth.file,
+            "odg_asked_providers": list(birth.asked),
+            "odg_providers": list(birth.got),
+            "odg_requested_device": birth.device,
+            "odg_aligned_device": str(fallback),
+            "odg_help_url": _HELP,
+        },
+    )

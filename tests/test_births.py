@@ -1,0 +1,431 @@
+"""Sessions observed where they are born: real onnxruntime sessions on this CPU-only build.
+
+Asking this build for ``CUDAExecutionProvider`` gives a session that runs on
+the CPU, without an error: the very drop the library exists for.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import itertools
+import subprocess
+import sys
+import textwrap
+import types
+import warnings
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import onnxruntime
+import pytest
+import torch
+
+from onnx_device_guard import (
+    DeviceFallbackWarning,
+    DeviceGuardError,
+    EnvironmentConfigurationError,
+    device_guard,
+    example_model,
+    patch,
+    watch_sessions,
+)
+from onnx_device_guard._births import birth_of
+
+from .logs import recorded_logs
+
+CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+CPU = ["CPUExecutionProvider"]
+_names = itertools.count()
+
+
+def session(providers: Any = CUDA, **kwargs: Any) -> Any:
+    """A real session on the tiny model; onnxruntime's own UserWarning silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Specified provider", UserWarning)
+        return onnxruntime.InferenceSession(example_model(), providers=providers, **kwargs)
+
+
+def fallbacks(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, DeviceFallbackWarning)]
+
+
+@pytest.fixture
+def caught() -> Iterator[list[warnings.WarningMessage]]:
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        yield records
+
+
+class TestWatch:
+    def test_a_dropped_provider_is_reported_once_with_the_file_and_why(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """One warning at the user's line and one WARNING record name file, provider, cause."""
+        with recorded_logs() as records, watch_sessions():
+            session()
+        (text,) = fallbacks(caught)
+        assert "CUDAExecutionProvider" in text and "tiny.onnx" in text
+        assert "has no CUDAExecutionProvider" in text  # the why: this build lacks it
+        assert caught[-1].filename == __file__
+        (record,) = [r for r in records if r.levelname == "WARNING"]
+        assert record.odg_reason == "provider_dropped"  # type: ignore[attr-defined]
+        assert record.odg_model_file.endswith("tiny.onnx")  # type: ignore[attr-defined]
+
+    def test_fail_mode_raises_out_of_the_constructor(self) -> None:
+        """In "fail" mode the constructor itself raises EnvironmentConfigurationError."""
+        with watch_sessions(resolution_mode="fail"), pytest.raises(
+            EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"
+        ):
+            session()
+
+    def test_a_session_that_asked_for_the_cpu_is_not_reported(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """Asking for the CPU only is no fallback."""
+        with watch_sessions(resolution_mode="fail"):
+            session(CPU)
+        assert fallbacks(caught) == []
+
+    def test_provider_and_options_pairs_and_device_id_are_read(self) -> None:
+        """(name, options) pairs and provider_options give the asked device_id."""
+        with watch_sessions(warn=False):
+            pair = session([("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"])
+            listed = session(CUDA, provider_options=[{"device_id": "2"}, {}])
+        assert birth_of(pair).device == "cuda:1"  # type: ignore[union-attr]
+        assert birth_of(listed).device == "cuda:2"  # type: ignore[union-attr]
+
+    def test_a_subclass_is_observed_once(self, caught: list[warnings.WarningMessage]) -> None:
+        """A subclass of InferenceSession calling super().__init__ is one birth."""
+
+        class Mine(onnxruntime.InferenceSession):  # type: ignore[misc]
+            def __init__(self, path: str) -> None:
+                super().__init__(path, providers=CUDA)
+
+        with watch_sessions(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Specified provider", UserWarning)
+            Mine(example_model())
+        assert len(fallbacks(caught)) == 1
+
+    def test_session_options_providers_are_what_was_asked(self, monkeypatch: Any) -> None:
+        """Providers added to SessionOptions count when providers= is not given."""
+        with watch_sessions(warn=False):
+            options = onnxruntime.SessionOptions()
+            options.add_provider("CPUExecutionProvider", {})
+            made = onnxruntime.InferenceSession(example_model(), sess_options=options)
+        birth = birth_of(made)
+        assert birth is not None and birth.asked == () and not birth.dropped
+
+    def test_two_watches_give_one_report(self, caught: list[warnings.WarningMessage]) -> None:
+        """Watching twice is idempotent: still one report per session."""
+        with watch_sessions(), watch_sessions():
+            session()
+        assert len(fallbacks(caught)) == 1
+
+    def test_the_session_is_left_as_made_and_not_kept_alive(self) -> None:
+        """The session keeps onnxruntime's providers and is collected once dropped."""
+        with watch_sessions(warn=False):
+            made = session()
+        assert made.get_providers() == CPU
+        reference = weakref.ref(made)
+        del made
+        gc.collect()
+        assert reference() is None
+
+    def test_undo_restores_onnxruntime_by_identity(self) -> None:
+        """After the last undo(), InferenceSession.__init__ is onnxruntime's own again."""
+        script = textwrap.dedent(
+            """
+            import onnxruntime
+            original = onnxruntime.InferenceSession.__init__
+            from onnx_device_guard import watch_sessions
+            first, second = watch_sessions(), watch_sessions()
+            assert onnxruntime.InferenceSession.__init__ is not original
+            first.undo()
+            assert onnxruntime.InferenceSession.__init__ is not original
+            second.undo(); second.undo()
+            assert onnxruntime.InferenceSession.__init__ is original
+            assert onnxruntime.SessionOptions.add_provider.__name__ == "add_provider"
+            print("restored")
+            """
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=False
+        )
+        assert done.stdout.strip() == "restored", done.stderr
+
+
+class TestRunCommand:
+    SCRIPT = textwrap.dedent(
+        """
+        import sys, warnings
+        warnings.filterwarnings("ignore", "Specified provider", UserWarning)
+        print("torch before onnxruntime:", "torch" in sys.modules, "wrapt:", "wrapt" in sys.modules)
+        import onnxruntime
+        from onnx_device_guard import example_model
+        onnxruntime.InferenceSession(example_model(), providers=["CUDAExecutionProvider"])
+        print("made")
+        sys.exit(7)
+        """
+    )
+
+    def run(self, tmp_path: Path, *options: str, python: tuple[str, ...] = ()) -> Any:
+        script = tmp_path / "app.py"
+        script.write_text(self.SCRIPT)
+        command = [sys.executable, "-m", "onnx_device_guard", "run", *options, "--"]
+        return subprocess.run(
+            [*command, sys.executable, *python, str(script)],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tmp_path,
+        )
+
+    def test_an_unmodified_program_is_watched_and_keeps_its_exit_status(
+        self, tmp_path: Path
+    ) -> None:
+        """The program's own status comes back; its fallback is heard; torch waits."""
+        done = self.run(tmp_path)
+        assert done.returncode == 7, done.stderr
+        assert "torch before onnxruntime: False wrapt: False" in done.stdout
+        assert "DeviceFallbackWarning: onnxruntime dropped CUDAExecutionProvider" in done.stderr
+        assert "app.py:7" in done.stderr  # the program's line, not the library's
+
+    def test_strict_raises_in_the_program(self, tmp_path: Path) -> None:
+        """--strict turns the fallback into EnvironmentConfigurationError."""
+        done = self.run(tmp_path, "--strict")
+        assert done.returncode == 1
+        assert "EnvironmentConfigurationError" in done.stderr and "made" not in done.stdout
+
+    def test_no_warn_and_a_bad_fallback_device(self, tmp_path: Path) -> None:
+        """--no-warn silences; a bad --fallback-device is one line and status 2."""
+        quiet = self.run(tmp_path, "--no-warn")
+        assert quiet.returncode == 7 and "DeviceFallbackWarning" not in quiet.stderr
+        bad = self.run(tmp_path, "--fallback-device", "gpu0")
+        assert bad.returncode == 2 and "gpu0" in bad.stderr and bad.stderr.count("\n") == 1
+
+    @pytest.mark.parametrize("flag", ["-I", "-E", "-S", "-sE"])
+    def test_a_python_that_skips_the_watch_is_told_so(self, tmp_path: Path, flag: str) -> None:
+        """python -I, -E and -S cannot be watched: run says so instead of running unwatched."""
+        done = self.run(tmp_path, python=(flag,))
+        assert done.returncode == 2
+        assert "cannot start" in done.stderr and "made" not in done.stdout
+
+
+PACKAGE = """
+import onnxruntime
+
+CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def _providers(device):
+    return CUDA if device in ("gpu", 0, "cuda") else ["CPUExecutionProvider"]
+
+
+class Detector:
+    def __init__(self, path, device="gpu"):
+        self.device = "cuda" if device == "gpu" else "cpu"
+        self.parts = types.SimpleNamespace(
+            stages={{"k%d" % n: None for n in range(70)}}
+        )
+        self.parts.stages["k69"] = [onnxruntime.InferenceSession(path, providers=_providers(device))]
+
+
+class Lazy:
+    def __init__(self, path, providers):
+        self.path, self.providers, self.session = path, providers, None
+
+    def embed(self):
+        if self.session is None:
+            self.session = onnxruntime.InferenceSession(self.path, providers=self.providers)
+        return "embedded"
+
+
+class Mixed:
+    def __init__(self, path):
+        self.gpu = onnxruntime.InferenceSession(path, providers=CUDA)
+        self.cpu = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+
+def load(path, device="gpu"):
+    return Detector(path, device)
+
+
+def load_lazy(path, providers=CUDA):
+    return Lazy(path, providers)
+
+
+def load_mixed(path):
+    return Mixed(path)
+
+
+def load_in_threads(path):
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        made = list(pool.map(lambda _: onnxruntime.InferenceSession(path, providers=CUDA), [0]))
+    model = Lazy(path, CUDA)
+    model.session = made[0]
+    return model
+"""
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+    """A package-shaped module on disk, imported fresh: it asks for the GPU its own way."""
+    name = f"births_pkg_{next(_names)}"
+    (tmp_path / f"{name}.py").write_text(
+        "import concurrent.futures, types\n" + PACKAGE.format()
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module(name)
+    yield module
+    sys.modules.pop(name, None)
+
+
+def quietly(call: Any, *args: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Specified provider", UserWarning)
+        return call(*args)
+
+
+class TestPatchAlone:
+    def test_providers_asked_for_are_the_device_asked_for(
+        self, package: types.ModuleType, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """patch(target) with no option: a session in a namespace, 70th dict entry, is found."""
+        with patch(f"{package.__name__}:load"):
+            model = quietly(package.load, example_model())
+        assert model.device == "cpu"
+        (text,) = fallbacks(caught)
+        assert "tiny.onnx" in text and "Detector" in text
+
+    def test_fail_mode_raises_out_of_the_loader(self, package: types.ModuleType) -> None:
+        """In "fail" mode the package's loader raises."""
+        with patch(f"{package.__name__}:load", resolution_mode="fail"), pytest.raises(
+            EnvironmentConfigurationError
+        ):
+            quietly(package.load, example_model())
+
+    def test_a_package_word_for_the_gpu_does_not_break_the_load(
+        self, package: types.ModuleType, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """device="gpu", which torch cannot parse, is left to the package: the sessions tell."""
+        with patch(f"{package.__name__}:load", resolution_mode="fail"), pytest.raises(
+            EnvironmentConfigurationError
+        ):
+            quietly(package.load, example_model(), "gpu")
+        with patch(f"{package.__name__}:load", device="cpu"):
+            model = quietly(package.load, example_model(), "cpu")
+        assert model.device == "cpu" and fallbacks(caught) == []
+
+    def test_an_int_device_is_read_as_torch_reads_it(self, package: types.ModuleType) -> None:
+        """device=0 is cuda:0, so "fail" mode does not return the model silently."""
+        with patch(f"{package.__name__}:load", resolution_mode="fail"), pytest.raises(
+            EnvironmentConfigurationError, match="cuda:0"
+        ):
+            quietly(package.load, example_model(), 0)
+
+    def test_a_session_opened_later_is_checked_in_the_call_that_opens_it(
+        self, package: types.ModuleType, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """No require_session=False needed: the first embed() reports once."""
+        with patch(f"{package.__name__}:load_lazy"):
+            model = package.load_lazy(example_model())
+            assert fallbacks(caught) == []
+            quietly(model.embed)
+            quietly(model.embed)
+        assert len(fallbacks(caught)) == 1
+        assert caught[-1].filename == __file__  # not the package's line
+
+    def test_a_session_opened_later_raises_from_that_call_in_fail_mode(
+        self, package: types.ModuleType
+    ) -> None:
+        """The error comes out of the call that opened the session."""
+        with patch(f"{package.__name__}:load_lazy", resolution_mode="fail"):
+            model = package.load_lazy(example_model())
+            with pytest.raises(EnvironmentConfigurationError, match="opened after the load"):
+                quietly(model.embed)
+
+    def test_undo_leaves_no_class_changed(self, package: types.ModuleType) -> None:
+        """Sessions opened later need no method rewriting: the class is untouched."""
+        before = dict(vars(package.Lazy))
+        with patch(f"{package.__name__}:load_lazy"):
+            package.load_lazy(example_model())
+        assert dict(vars(package.Lazy)) == before
+
+    def test_a_deliberate_cpu_session_beside_a_gpu_one_is_no_fallback(
+        self, package: types.ModuleType, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """Each born session is checked against what it asked for."""
+        with patch(f"{package.__name__}:load_mixed"):
+            quietly(package.load_mixed, example_model())
+        (text,) = fallbacks(caught)  # the GPU one dropped; the CPU one is not blamed
+        assert "Mixed" in text
+
+    def test_the_model_is_not_kept_alive(self, package: types.ModuleType) -> None:
+        """Nothing the library keeps holds a model, pending or aligned."""
+        with patch(f"{package.__name__}:load_lazy"):
+            model = package.load_lazy(example_model())
+        reference = weakref.ref(model)
+        del model
+        gc.collect()
+        assert reference() is None
+
+
+class TestOneReportPerLoad:
+    def test_a_watch_and_a_guard_report_once(
+        self, package: types.ModuleType, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A session born in a guarded load is the load's to report, watch or not."""
+        with watch_sessions(), patch(f"{package.__name__}:load"):
+            quietly(package.load, example_model())
+        assert len(fallbacks(caught)) == 1
+
+    def test_nested_guards_report_once(self, caught: list[warnings.WarningMessage]) -> None:
+        """A guarded loader that builds a guarded class reports the load once."""
+
+        @device_guard
+        class Inner:
+            def __init__(self) -> None:
+                self.device = torch.device("cuda")
+                self.session = session()
+
+        @device_guard
+        def load() -> Any:
+            return types.SimpleNamespace(inner=Inner(), device="cuda")
+
+        model = load()
+        assert model.device == "cpu" and model.inner.device == torch.device("cpu")
+        assert len(fallbacks(caught)) == 1
+
+    def test_sessions_built_in_worker_threads_are_the_loads(
+        self, package: types.ModuleType, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A thread pool's sessions reach the load through the model, and are reported once."""
+        with watch_sessions(), patch(f"{package.__name__}:load_in_threads"):
+            model = quietly(package.load_in_threads, example_model())
+        assert birth_of(model.session) is not None
+        assert len(fallbacks(caught)) == 1
+
+
+class TestRefusals:
+    def test_what_can_never_hold_a_session_is_refused(self) -> None:
+        """None and tuples are refused; a model that may open sessions later is not."""
+        with pytest.raises(DeviceGuardError, match="NoneType"):
+            device_guard(lambda: None)()
+        with pytest.raises(DeviceGuardError):
+            device_guard(lambda: (1, 2))()
+        assert device_guard(lambda: types.SimpleNamespace(device="cuda"))().device == "cuda"
+
+    def test_require_session_true_keeps_the_old_refusal(self) -> None:
+        """require_session=True refuses a model without a session."""
+        with pytest.raises(DeviceGuardError, match="no object with get_providers"):
+            device_guard(require_session=True)(lambda: types.SimpleNamespace(device="cuda"))()
+
+    def test_what_the_search_cannot_reach_is_an_error_in_fail_mode(self) -> None:
+        """A model built before the call, with sessions past the search's limits, is said."""
+        made = session(CPU)
+        deep = types.SimpleNamespace(a=types.SimpleNamespace(b=types.SimpleNamespace(c=types.SimpleNamespace(s=made))))
+        with pytest.raises(DeviceGuardError, match="stopped short"):
+            device_guard(resolution_mode="fail")(lambda: types.SimpleNamespace(deep=deep, device="cuda"))()
