@@ -157,12 +157,18 @@ class TestBadInput:
             align_device_with_onnx_session(cpu_session(), device)
         assert repr(device) in info.value.message
 
-    @pytest.mark.parametrize("device", [0, 1.5, None, b"cuda", ["cuda"]])
+    @pytest.mark.parametrize("device", [True, 1.5, None, b"cuda", ["cuda"]])
     def test_device_of_the_wrong_type(self, device: Any) -> None:
-        """Only torch.device and str are devices; the message names the type."""
+        """Only torch.device, str and a CUDA index are devices; the message names the type."""
         with pytest.raises(ModelInputError, match=r"device must be a torch\.device") as info:
             align_device_with_onnx_session(cpu_session(), device)
         assert type(device).__name__ in info.value.message
+
+    def test_an_int_is_a_cuda_index_as_torch_reads_it(self) -> None:
+        """0 is cuda:0; an index torch cannot address is refused."""
+        assert align_device_with_onnx_session(cuda_session(1), 1) == torch.device("cuda", 1)
+        with pytest.raises(ModelInputError, match="cannot address"):
+            align_device_with_onnx_session(cuda_session(0), 128)
 
     def test_bad_fallback_device_is_rejected_even_when_unused(self) -> None:
         """fallback_device is validated up front, not when a mismatch happens."""

@@ -104,7 +104,17 @@ class TestTheCallersDevice:
             return Plain(cpu_session(), "cpu")
 
         assert load().device == "cpu"
-        assert load(device=0).device == "cpu"
+        assert load(device="gpu").device == "cpu"
+
+    def test_an_int_argument_is_a_cuda_index(self) -> None:
+        """`device=0` is torch's cuda:0, so "fail" mode does not let the model through."""
+
+        @device_guard(resolution_mode="fail")
+        def load(device: Any = "auto") -> Plain:
+            return Plain(cpu_session(), "cpu")
+
+        with pytest.raises(EnvironmentConfigurationError, match="'cuda:0'"):
+            load(device=0)
 
     def test_patched_class_checks_the_constructor_argument(self) -> None:
         """The issue's case, through patch: a model that says cpu no longer hides the request."""

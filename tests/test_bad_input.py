@@ -191,7 +191,8 @@ CASES = [
     Case("mode not a str", align(cpu_session(), "cpu", 1), ModelInputError, "got 1"),
     Case("mode bytes", align(cpu_session(), "cpu", b"fail"), ModelInputError, "b'fail'"),
     Case("mode before device", align(None, 3, "retry"), ModelInputError, "'retry'"),
-    Case("device int", align(cpu_session(), 0), ModelInputError, "int 0"),
+    Case("device bool", align(cpu_session(), True), ModelInputError, "bool True"),
+    Case("device int too large", align(cpu_session(), 300), ModelInputError, "300"),
     Case("device None", align(cpu_session(), None), ModelInputError, "NoneType None"),
     Case("device bytes", align(cpu_session(), b"cuda"), ModelInputError, "b'cuda'"),
     Case("device tuple", align(cpu_session(), ("cuda", 0)), ModelInputError, "('cuda', 0)"),
@@ -205,7 +206,7 @@ CASES = [
         ModelInputError,
         "'nowhere'",
     ),
-    Case("fallback int", align(cpu_session(), "cpu", None, 3), ModelInputError, "int 3"),
+    Case("fallback float", align(cpu_session(), "cpu", None, 3.0), ModelInputError, "float 3.0"),
     # align_device_with_onnx_session: sessions
     Case("session None", align(None, "cpu"), ModelInputError, "NoneType None"),
     Case("session str", align("CPUExecutionProvider", CUDA), ModelInputError, "str 'CPU"),
@@ -335,7 +336,7 @@ CASES = [
     # device_policy
     Case("policy mode", make_policy(resolution_mode="strict"), ModelInputError, "'strict'"),
     Case("policy fallback", make_policy(fallback_device="gpu"), ModelInputError, "'gpu'"),
-    Case("policy fallback type", make_policy(fallback_device=0), ModelInputError, "int 0"),
+    Case("policy fallback type", make_policy(fallback_device=0.5), ModelInputError, "float 0.5"),
     Case("policy warn int", make_policy(warn=1), ModelInputError, "int 1"),
     Case("policy warn str", make_policy(warn="False"), ModelInputError, "str 'False'"),
     Case(
@@ -376,7 +377,10 @@ CASES = [
     Case("factory returns None", guarded_call(None), DeviceGuardError, "NoneType"),
     Case("async factory returns None", guarded_async_call(None), DeviceGuardError, "NoneType"),
     Case(
-        "model without session", guarded_call(object()), DeviceGuardError, "'_session', 'session'"
+        "model without session",
+        guarded_call(object(), require_session=True),
+        DeviceGuardError,
+        "'_session', 'session'",
     ),
     Case(
         "model without device",
@@ -398,7 +402,7 @@ CASES = [
     ),
     Case(
         "session None, searched, session_attr suggested",
-        guarded_call(Model(None, "cuda")),
+        guarded_call(Model(None, "cuda"), require_session=True),
         DeviceGuardError,
         "session (a NoneType, not a session)",
     ),

@@ -112,10 +112,10 @@ class TestGuardedClass:
 
         assert Model().device == torch.device("cuda:0")
 
-    def test_missing_session_is_a_clear_error(self) -> None:
-        """An instance without a session raises DeviceGuardError naming the class."""
+    def test_missing_session_is_a_clear_error_when_required(self) -> None:
+        """With require_session=True, an instance without a session raises, naming the class."""
 
-        @device_guard
+        @device_guard(require_session=True)
         class NoSession:
             def __init__(self) -> None:
                 self.device = "cuda"

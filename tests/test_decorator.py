@@ -358,7 +358,7 @@ class TestGuardErrors:
     def test_nothing_to_read(self) -> None:
         """The message names the factory, the returned type and the attributes tried."""
 
-        @device_guard
+        @device_guard(require_session=True)
         def factory() -> object:
             return object()
 
@@ -431,7 +431,7 @@ class TestGuardErrors:
     def test_session_attribute_holding_none_is_searched_past(self) -> None:
         """A `session` attribute holding None is no session: the error lists what was searched."""
 
-        @device_guard
+        @device_guard(require_session=True)
         def factory() -> Plain:
             return Plain(None, "cuda")
 

@@ -19,6 +19,8 @@ PUBLIC_API = {
     "aligned_device",
     "device_policy",
     "realign",
+    "watch_sessions",
+    "SessionWatch",
     "patch",
     "Patch",
     "example_model",

@@ -105,7 +105,7 @@ class TestDevicePolicy:
         [
             ({"resolution_mode": "strict"}, "resolution_mode"),
             ({"fallback_device": "gpu"}, "fallback_device"),
-            ({"fallback_device": 0}, "fallback_device"),
+            ({"fallback_device": 0.5}, "fallback_device"),
             ({"warn": "no"}, "warn must be True or False"),
             ({"warn": 0}, "warn must be True or False"),
         ],

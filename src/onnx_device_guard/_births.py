@@ -151,6 +151,12 @@ _WATCHES: list[SessionWatch] = []
 class SessionWatch:
     """A handle on one [`watch_sessions`][onnx_device_guard.watch_sessions]: `undo()` or `with`.
 
+    Args:
+        settings: The options the watch was given, checked (made by `watch_sessions`).
+
+    Raises:
+        ModelInputError: Never here: `watch_sessions` checks its options first.
+
     Examples:
         >>> from onnx_device_guard import watch_sessions
         >>> with watch_sessions(warn=False) as watch:
@@ -170,7 +176,23 @@ class SessionWatch:
         return not self._undone
 
     def undo(self) -> None:
-        """End this watch; the last one to end puts onnxruntime's classes back."""
+        """End this watch; the last one to end puts onnxruntime's classes back.
+
+        Undoing a watch twice does nothing the second time.
+
+        Returns:
+            None.
+
+        Raises:
+            ModelInputError: Never.
+
+        Examples:
+            >>> from onnx_device_guard import watch_sessions
+            >>> watch = watch_sessions()
+            >>> watch.undo(); watch.undo()
+            >>> watch.active
+            False
+        """
         with _LOCK:
             if self._undone:
                 return

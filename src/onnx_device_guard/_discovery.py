@@ -232,7 +232,7 @@ def where(model: object, name: str, value: object) -> tuple[str, object]:
         pass
     else:
         return name, model
-    for child_name, child in _instance_attributes(model):
+    for child_name, child in instance_attributes(model):
         if isinstance(child, _LEAVES + _CONTAINERS):
             continue
         try:
@@ -275,7 +275,7 @@ def discover_sessions(model: object) -> Found:
     for depth in range(1, MAX_DEPTH + 1):
         below: list[tuple[object, _Steps]] = []
         for owner, owner_steps in level:
-            for name, value in _instance_attributes(owner):
+            for name, value in instance_attributes(owner):
                 steps = (*owner_steps, (False, name))
                 search.attribute(steps, value, below if depth < MAX_DEPTH else None)
                 if search.budget < 0:
@@ -332,7 +332,7 @@ class _Search:
                 self.found.append((item_steps, item))
             elif below is not None:
                 below.append((item, item_steps))
-            elif not all(isinstance(child, _SCALARS) for _, child in _instance_attributes(item)):
+            elif not all(isinstance(child, _SCALARS) for _, child in instance_attributes(item)):
                 self.unreached.append(f"{_path(item_steps)} (past {MAX_DEPTH} levels)")
 
     def _left_out(self, steps: _Steps, items: list[tuple[object, object]]) -> None:
@@ -373,7 +373,7 @@ def _path(steps: _Steps) -> str:
     )
 
 
-def _instance_attributes(owner: object) -> list[tuple[str, object]]:
+def instance_attributes(owner: object) -> list[tuple[str, object]]:
     """The values in `owner`'s instance `__dict__` and slots; never runs a property."""
     try:
         cls = type(owner)

@@ -67,6 +67,16 @@ class DeviceGuardError(Exception):
     def in_context(self: _E, before: str = "", after: str = "") -> _E:
         """This error again, its message between `before` and `after`: same type and `help_url`.
 
+        Args:
+            before: Text put in front of the message.
+            after: Text put after it.
+
+        Returns:
+            A new error of the same class, with the same `help_url`.
+
+        Raises:
+            ModelInputError: Never: it returns the error, for the caller to raise.
+
         Examples:
             >>> from onnx_device_guard import ModelInputError
             >>> error = ModelInputError("bad device.").in_context("Loading m: ")

@@ -34,6 +34,7 @@ from ._discovery import (
     factory_name,
     find_device_attribute,
     find_sessions,
+    instance_attributes,
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
 from ._follow import Origin, watch
@@ -129,6 +130,8 @@ class _Load:
     """The sessions born during the load, held weakly."""
     made_with: tuple[DeviceMismatchResolutionMode, torch.device, bool] | None = None
     """The mode, fallback device and `warn` a followed load was made with, kept for a change."""
+    asked: Asked | None = None
+    """What the call asked for, once read (a `device=` callable runs once per load)."""
 
     def again(self, model: object, *change: object) -> torch.device | None:
         """Align `model` again after a change of its sessions' providers (`change` unused)."""
@@ -143,7 +146,7 @@ class _Load:
         """The model's sessions, the attribute paths searched, and what the search left out."""
         born = [session for session in (reference() for reference in self.born) if session]
         if born:
-            return _named(born), (), ()
+            return _named(model, born), (), ()
         return find_sessions(model, self.options.session_attr, self.factory)
 
     def align(self, model: object, opened_later: bool = False) -> torch.device | None:
@@ -159,7 +162,10 @@ class _Load:
         births = [birth_of(session) for _, session in sessions]
         attribute = find_device_attribute(model, options.device_attr, factory)
         explained = attribute is not None or any(births)
-        checks = asked_devices(options.device, self.call, model, strict=not explained)
+        asked = self.asked
+        if asked is None:
+            asked = asked_devices(options.device, self.call, model, strict=not explained)
+        checks: list[tuple[object, str]] = list(asked)
         asking = [(name, s) for (name, s), b in zip(sessions, births, strict=True) if b and b.asked]
         checks += [(_birth_device(s), f"the providers session {n!r} asked for") for n, s in asking]
         if attribute is not None:
@@ -173,7 +179,8 @@ class _Load:
         except ModelInputError as error:
             raise self._in_context(error, model, sessions, checks[-1][1]) from error
         if options.follow and self.made_with is None:  # a change is not followed again
-            later = _Load(options, factory, self.call, None, self.born, (mode, fallback, warn))
+            made_with = (mode, fallback, warn)
+            later = _Load(options, factory, self.call, None, self.born, made_with, asked)
             watch(model, sessions, later.again, key=id(options), origin=self.origin)
         checked = asking or sessions  # a session asked for the CPU alone runs there on purpose
         dropped = [b for b in births if b is not None and b.dropped]
@@ -273,9 +280,16 @@ class _Load:
         return error.in_context(f"{describe(model, self.factory)}, with sessions {named} and {source}: ")
 
 
-def _named(born: list[object]) -> Sessions:
-    """Born sessions named by their model files (`#n` added where two share one)."""
-    names = [os.path.basename(birth.file) if (birth := birth_of(s)) else "session" for s in born]
+def _named(model: object, born: list[object]) -> Sessions:
+    """Born sessions named by the model's attribute that holds them, else by their files.
+
+    `#n` is added where two share a name.
+    """
+    held = {id(value): name for name, value in instance_attributes(model)}
+    names = [
+        held.get(id(s)) or (os.path.basename(birth.file) if (birth := birth_of(s)) else "session")
+        for s in born
+    ]
     return [
         (name if names.count(name) == 1 else f"{name}#{number}", session)
         for number, (name, session) in enumerate(zip(names, born, strict=True))
@@ -359,8 +373,8 @@ def _no_session(
     return _unusable(
         model,
         factory,
-        detail + "require_session=False for a model that opens its sessions later (they are "
-        "checked when they appear) or never.",
+        detail + "leave require_session at its default (None) for a model that opens its "
+        "sessions later: they are checked when they are born.",
     )
 
 
@@ -517,7 +531,7 @@ def _as_asked(
     try:
         return as_device(value, "device")
     except ModelInputError:
-        if strict and isinstance(value, torch.device | str | int):
+        if strict and (isinstance(value, torch.device | str) or type(value) is int):
             raise
         if strict:
             raise ModelInputError(

@@ -196,12 +196,13 @@ def _device_attr(value: object) -> str:
 def _device_option(value: object) -> DeviceOption:
     if value is None:
         return None
-    if isinstance(value, torch.device | str):
+    if isinstance(value, torch.device | str) or (type(value) is int):
         return as_device(value, "device")
     if callable(value) and not isinstance(value, type):
         return value
     raise ModelInputError(
-        "device must be a torch.device, a string such as 'cuda', or a callable that takes "
+        "device must be a torch.device, a string such as 'cuda', a CUDA index, or a callable "
+        "that takes "
         "the factory call's arguments as a dict and returns one; "
         f"got {type(value).__name__} {short_repr(value)}."
     )
