@@ -13,6 +13,9 @@ side by side in one run:
 * following a session's provider changes (``following.py``): ``run()`` of a
   watched real session against an unwatched one, and the cost of one
   re-alignment after ``set_providers``;
+* observing a session's birth (``births.py``): creating the smallest session
+  through the library's hook with a watch in force, against a bare one and
+  one under a pass-through wrapt wrapper;
 * ``import onnx_device_guard`` in a fresh interpreter that has imported torch.
 
 The timing helpers live in ``timing.py``, beside this script. Timing is
@@ -46,6 +49,7 @@ import torch
 import wrapt
 
 # The modules beside this script (its folder is first on sys.path when run).
+from births import birth_targets, measure_births
 from following import following_rows, following_targets, measure_following
 from timing import Target, Timing, bench_main, compare, paired_ratio, paired_share
 
@@ -234,6 +238,7 @@ def measure(path: Path, quick: bool) -> dict[str, Any]:
     for timings in guards.values():
         session_creation.per_call_ns += timings["session creation"].per_call_ns
     following_figures, following_goals = following_targets(measure_following(path, rounds, calls))
+    birth_figures, birth_goals = birth_targets(measure_births(path, rounds))
     import_time, onnxruntime_imported = time_import(import_repeats)
 
     targets = [
@@ -264,6 +269,7 @@ def measure(path: Path, quick: bool) -> dict[str, Any]:
         # the ratio to a pass-through wrapper is reported, not held to a bound.
         targets.append(Target(f"guard's added time / session creation, {label}", share, 1.0, "%"))
     targets.extend(following_goals)
+    targets.extend(birth_goals)
     targets.append(Target("import on top of torch", import_time.median_ns / 1e6, 30.0, "ms"))
     targets.append(
         Target(
@@ -285,6 +291,7 @@ def measure(path: Path, quick: bool) -> dict[str, Any]:
         },
         "guard": guard_figures,
         "following": following_figures,
+        "births": birth_figures,
         "session_creation": session_creation.summary(),
         "import": {**import_time.summary(), "onnxruntime_imported": onnxruntime_imported},
         "targets": [target.as_dict() for target in targets],

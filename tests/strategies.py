@@ -138,14 +138,15 @@ valid_device_strings = st.one_of(
     st.integers(min_value=0, max_value=7).map(lambda index: f"cuda:{index}"),
 )
 
-valid_devices = valid_device_strings.flatmap(
-    lambda text: st.sampled_from([text, torch.device(text)])
+valid_devices = st.one_of(
+    valid_device_strings.flatmap(lambda text: st.sampled_from([text, torch.device(text)])),
+    st.integers(min_value=0, max_value=3),
 )
 """Devices as strings and as :class:`torch.device` objects."""
 
 bad_devices = st.one_of(
     st.sampled_from(["", "gpu", "CUDA", "cuda:-1", "cuda:0 ", "cuda:x", "cuda:1:2", "tpu:0"]),
-    st.sampled_from([None, 0, 1.5, b"cuda", ("cuda", 0), ["cuda"]]),
+    st.sampled_from([None, True, -1, 128, 1.5, b"cuda", ("cuda", 0), ["cuda"]]),
     st.sampled_from(["cuda:128", "cuda:256", "cpu:300", "meta:999"]),
     st.integers(min_value=128, max_value=255).map(lambda index: torch.device("cuda", index)),
 )

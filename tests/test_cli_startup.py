@@ -64,6 +64,8 @@ class TestStartup:
             "__future__",
             "argparse",
             "math",
+            "os",
+            "re",
             "collections.abc",
             "importlib",
             "pathlib",

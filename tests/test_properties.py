@@ -82,7 +82,7 @@ class Defaults:
             fallback_device=(
                 self.fallback_device
                 if scope.fallback_device is None
-                else torch.device(scope.fallback_device)
+                else cast(torch.device, parse_device(scope.fallback_device))
             ),
             warn=self.warn if scope.warn is None else scope.warn,
         )
@@ -101,10 +101,12 @@ def parse_device(value: object) -> torch.device | None:
     """The oracle's reading of a device argument; ``None`` when it is not one.
 
     torch keeps indices 0 to 127 only; it silently changes larger ones, so
-    they are not devices.
+    they are not devices. An int is a CUDA index, as `torch.device(0)` reads it.
     """
     if isinstance(value, torch.device):
         return value if value.index is None or 0 <= value.index <= 127 else None
+    if type(value) is int:  # a CUDA index, as torch reads it
+        return torch.device("cuda", value) if 0 <= value <= 127 else None
     if isinstance(value, str):
         try:
             device = torch.device(value)
@@ -152,6 +154,8 @@ def oracle(
     if not gpu:
         if effective_mode == "fail":
             return Expected(error=EnvironmentConfigurationError, bad=repr(str(requested)))
+        if fallback_device.type == "cuda":  # a fallback the session cannot read either
+            return Expected(error=EnvironmentConfigurationError, bad=repr(str(fallback_device)))
         return Expected(device=fallback_device, logged=True)
     options = session.options.get(gpu[0], {}) if isinstance(session, FakeSession) else {}
     if "device_id" not in options:

@@ -14,7 +14,7 @@ from functools import partial
 
 import torch
 
-from ._devices import DeviceLike, as_device, cuda_index
+from ._devices import DeviceLike, as_device, cuda_index, is_cuda
 from ._errors import DeviceFallbackWarning, EnvironmentConfigurationError, ModelInputError, help_url
 from ._messages import logger, short_repr
 from ._options import DeviceMismatchResolutionMode, check_mode
@@ -90,7 +90,7 @@ class Mismatch:
 
 def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
     """Return why `session` cannot read tensors on `device`, or `None` if it can."""
-    if device.type != "cuda":
+    if not is_cuda(device):
         require_session(session)
         return None
     providers = effective_providers(session)
@@ -188,7 +188,34 @@ def align_device_with_onnx_session(
         >>> align_device_with_onnx_session(SessionOnGPU1(), "cuda:0")
         device(type='cuda', index=1)
     """
-    return align_device_with_onnx_sessions([session], device, resolution_mode, fallback_device)
+    mode = None if resolution_mode is None else check_mode(resolution_mode)
+    requested = as_device(device, "device")
+    fallback = None if fallback_device is None else as_device(fallback_device, "fallback_device")
+    policy = current_policy()  # a bad environment variable raises at every call
+    mismatch = find_mismatch(session, requested)
+    if mismatch is None:  # the common case, kept short
+        return requested
+    mode = mode or policy.resolution_mode
+    if mode == "fail":
+        raise EnvironmentConfigurationError(
+            f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
+        )
+    aligned = mismatch.session_device or fallback or policy.fallback_device
+    _check_fallback(session, aligned, None)
+    if policy.warn or logger.isEnabledFor(logging.DEBUG):
+        report_fallback(Fallback(requested, aligned, (mismatch,)), policy.warn)  # type: ignore[arg-type]
+    return aligned  # type: ignore[return-value]
+
+
+def _check_fallback(session: object, fallback: torch.device, name: str | None) -> None:
+    """Refuse a CUDA fallback device that `session` cannot read either (no silent mismatch)."""
+    if is_cuda(fallback) and (mismatch := find_mismatch(session, fallback)) is not None:
+        named = "" if name is None else f" {name!r}"
+        raise EnvironmentConfigurationError(
+            f"The session{named} cannot read the fallback device {str(fallback)!r} either: "
+            f"{mismatch.problem} Pick a fallback_device it reads, such as 'cpu'.",
+            help_url=mismatch.help_url,
+        )
 
 
 def align_device_with_onnx_sessions(
@@ -247,6 +274,8 @@ def plan_alignment(
                 f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
             )
         aligned = fallback if mismatch.session_device is None else mismatch.session_device
+        if mismatch.session_device is None:
+            _check_fallback(session, fallback, label if several else None)
         mismatches.append(mismatch)
     if not mismatches:
         return aligned, None

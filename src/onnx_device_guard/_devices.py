@@ -75,3 +75,18 @@ def cuda_index(device: torch.device) -> int:
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         return torch.cuda.current_device()
     return 0
+
+
+_CUDA: dict[torch.device, bool] = {}
+"""Whether each device seen is a CUDA one: torch builds `device.type` anew at each read (slow)."""
+
+
+def is_cuda(device: torch.device) -> bool:
+    """Whether `device` is a CUDA device, read off a small cache."""
+    try:
+        return _CUDA[device]
+    except KeyError:
+        if len(_CUDA) > 256:  # a program walking through many indices
+            _CUDA.clear()
+        found = _CUDA[device] = device.type == "cuda"
+        return found

@@ -220,9 +220,15 @@ class _Load:
     def _wait(self, model: object, searched: tuple[str, ...]) -> None:
         """Leave a model without a session to be checked when its sessions are born."""
         options, factory = self.options, self.factory
+        if _never_holds_one(model) and options.require_session is not False:
+            raise _unusable(
+                model,
+                factory,
+                ", which can never hold an onnxruntime session. Return the model object itself.",
+            )
         explicit = options.session_attr is not None
         strict = options.require_session
-        if strict or (strict is None and (explicit or _never_holds_one(model))):
+        if strict or (strict is None and explicit):
             raise _no_session(model, factory, options.session_attr, searched)
         if not await_births(model, self.born_later):
             logger.warning(

@@ -66,6 +66,13 @@ def effective_providers(session: object) -> tuple[str, ...]:
         providers: Any = get_providers()
     except Exception as error:
         raise _broken("session.get_providers()", error) from error
+    if type(providers) is list:  # onnxruntime's own answer, read quickly
+        names = tuple(providers)
+        for name in names:
+            if type(name) is not str:
+                break
+        else:
+            return names
     try:
         iterable = callable(getattr(type(providers), "__iter__", None))
     except Exception:  # a metaclass whose lookup raises
@@ -101,7 +108,10 @@ def _broken(what: str, error: Exception) -> ModelInputError:
 
 def first_gpu_provider(providers: tuple[str, ...]) -> str | None:
     """Return the first GPU-capable provider in `providers`, in the session's order."""
-    return next((name for name in providers if name in GPU_CAPABLE_EXECUTION_PROVIDERS), None)
+    for name in providers:
+        if name in GPU_CAPABLE_EXECUTION_PROVIDERS:
+            return name
+    return None
 
 
 def provider_device_id(session: object, provider: str) -> int | None:
@@ -118,6 +128,9 @@ def provider_device_id(session: object, provider: str) -> int | None:
         if not callable(get_options):
             return None
         all_options = get_options()
+        if type(all_options) is dict and type(options := all_options.get(provider)) is dict:
+            raw = options.get("device_id")  # onnxruntime's own answer, read quickly
+            return None if raw is None else _device_id(provider, raw)
         if not isinstance(all_options, Mapping):
             _unchecked(
                 provider,
@@ -142,8 +155,11 @@ def provider_device_id(session: object, provider: str) -> int | None:
             f"{short_str(error)}",
         )
         return None
-    if raw is None:
-        return None
+    return None if raw is None else _device_id(provider, raw)
+
+
+def _device_id(provider: str, raw: object) -> int | None:
+    """`raw` as a GPU index; a value that is none is logged once per call, never raised."""
     index = parse_device_id(raw)
     if index is None:
         _unchecked(
@@ -161,6 +177,8 @@ def parse_device_id(raw: object) -> int | None:
     the digits is ignored, as onnxruntime's own parser ignores it when it
     reads the `device_id` option (`" 1"` selects GPU 1 there too).
     """
+    if type(raw) is str and raw in _INDICES:  # what onnxruntime reports: "0", "1"
+        return _INDICES[raw]
     if isinstance(raw, bool):
         return None
     if isinstance(raw, str):
@@ -176,6 +194,9 @@ def parse_device_id(raw: object) -> int | None:
         except Exception:
             return None
     return index if 0 <= index <= MAX_DEVICE_INDEX else None
+
+
+_INDICES = {str(index): index for index in range(MAX_DEVICE_INDEX + 1)}
 
 
 def _unchecked(provider: str, why: str) -> None:
