@@ -212,6 +212,11 @@ def _wrap_own_init(subclass: type, guard: _ClassGuard) -> None:
 def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
     """An `__init__` that runs `init` (or the inherited one) and then aligns, if outermost."""
     original = init if init is not None else _inherited_init(cls)
+    if isinstance(original, functools.partialmethod):  # not callable itself: bind it per call
+        method = original
+
+        def original(self: object, *args: Any, **kwargs: Any) -> None:
+            method.__get__(self, type(self))(*args, **kwargs)
 
     @functools.wraps(original)
     def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import reprlib
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +20,13 @@ def short_repr(value: object, limit: int = 80) -> str:
 
     A `__repr__` that raises gives `<TypeName object>` instead, so building an
     error message can never fail in its turn or hide the error it describes.
+    Strings and containers are cut while they are written, so a huge value
+    is never written out in full first.
     """
-    return _short(repr, value, limit)
+    cutting = reprlib.Repr()
+    cutting.maxstring = cutting.maxother = cutting.maxlong = limit
+    cutting.maxlist = cutting.maxtuple = cutting.maxdict = cutting.maxset = 16
+    return _short(cutting.repr, value, limit)
 
 
 def short_str(value: object, limit: int = 200) -> str:
@@ -39,4 +45,10 @@ def _short(show: Callable[[object], str], value: object, limit: int) -> str:
         text = show(value)
     except Exception:
         text = f"<{type(value).__name__} object>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if text.isprintable() else "".join(map(_printable, text))
+
+
+def _printable(character: str) -> str:
+    """`character`, or its escape when it is a control character (no forged log lines)."""
+    return character if character.isprintable() else repr(character)[1:-1]

@@ -199,7 +199,7 @@ class _Load:
             else _write_back(model, factory, attribute, aligned)
         )
         details = Details(
-            applied=attribute is not None,
+            applied=attribute is not None and not outcome,
             outcome=outcome,
             context=f"{context(model, factory)}; device from {source}{note}",
             factory=None if factory is None else factory_name(factory),
@@ -349,6 +349,16 @@ def _write_back(
             f"be set to {short_repr(value)} ({error_text(error)}). Make it writable, or pass "
             "device_attr= naming an attribute that is."
         ) from error
+    try:
+        now = getattr(attribute.holder, attribute.name, MISSING)
+    except Exception:  # read back for the report only
+        now = MISSING
+    if now is not value and str(now) != str(value):  # a setter that ignored the write
+        return (
+            f"Its device attribute {attribute.path!r} did not take the write (it still says "
+            f"{short_repr(str(now))}): put the model's tensors on {str(aligned)!r}, or make "
+            "the attribute keep what is written."
+        )
     return ""
 
 

@@ -237,7 +237,8 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
                 "the loop that consumes it), or pass the options explicitly to the calls "
                 "inside it."
             )
-        if inspect.iscoroutinefunction(function):
+        call = getattr(type(candidate), "__call__", None)
+        if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call):
 
             @functools.wraps(function)
             async def scoped_async(*args: Any, **kwargs: Any) -> Any:
