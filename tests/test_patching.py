@@ -582,13 +582,18 @@ class TestErrors:
             patch("nosuchpkg_xyz:load")
         assert "nosuchpkg_xyz:load" not in _installed
 
-    @pytest.mark.parametrize("imported", [False, True], ids=["package not imported", "imported"])
-    def test_a_missing_submodule_of_an_installed_package_waits(
-        self, fake_package: FakePackage, imported: bool
+    def test_a_missing_submodule_of_an_imported_package_is_refused(
+        self, fake_package: FakePackage
     ) -> None:
-        """The submodule may be generated or installed later: the patch waits for its import."""
-        if imported:
-            fake_package.module()
+        """The imported package shows the submodule does not exist: refused at once (issue 25)."""
+        fake_package.module()
+        with pytest.raises(ModelInputError, match="no module named"):
+            patch(fake_package.target(".later:load"))
+
+    def test_a_submodule_of_a_package_not_imported_yet_waits(
+        self, fake_package: FakePackage
+    ) -> None:
+        """Nothing is imported to check: the patch waits for the submodule's import."""
         with patch(fake_package.target(".later:load")) as handle:
             assert handle.active
             assert fake_package.module(".app").load().device == "cuda"

@@ -110,3 +110,59 @@ class TestTextFromOutside:
             align_device_with_onnx_session(session, "cuda:0")
         assert all("\n" not in record.getMessage() for record in records)
         assert any("bad\\nCRITICAL" in record.getMessage() for record in records)
+
+
+class TestPatchesThatNeverApply:
+    def test_a_misspelt_submodule_is_refused_at_once(self) -> None:
+        """json.decodr does not exist in the imported json package: refused, closest named."""
+        from onnx_device_guard import ModelInputError, patch
+
+        with pytest.raises(ModelInputError, match="'json.decodr'.*Did you mean 'decoder'"):
+            patch("json.decodr:JSONDecoder")
+
+    def test_a_missing_attribute_is_named_plainly_at_import(
+        self, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """patch("pkg:lod") before the import: the import says what is missing, and the
+        handle is no longer active."""
+        import importlib
+        import sys
+
+        from onnx_device_guard import ModelInputError, patch
+
+        (tmp_path / "round3_pkg").mkdir()
+        (tmp_path / "round3_pkg" / "__init__.py").write_text("def load():\n    return None\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        handle = patch("round3_pkg:lod")
+        try:
+            with pytest.raises(ModelInputError, match="no attribute 'lod' .did you mean 'load'"):
+                importlib.import_module("round3_pkg")
+            assert not handle.active
+        finally:
+            handle.undo()
+            sys.modules.pop("round3_pkg", None)
+
+
+class TestTheWarningsLine:
+    def test_an_async_factory_run_through_gather_points_at_the_users_file(self) -> None:
+        """asyncio's own frames are skipped: the warning names this file, not asyncio's."""
+        import warnings
+
+        from onnx_device_guard import DeviceFallbackWarning
+
+        class Model:
+            def __init__(self) -> None:
+                self.session, self.device = cpu_session(), "cuda"
+
+        @device_guard
+        async def load() -> Model:
+            return Model()
+
+        async def main() -> None:
+            await asyncio.gather(load())
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            asyncio.run(main())
+        (warning,) = [w for w in caught if w.category is DeviceFallbackWarning]
+        assert warning.filename == __file__

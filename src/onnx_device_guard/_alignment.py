@@ -404,10 +404,11 @@ _OWN_FILES = os.path.dirname(__file__) + os.sep
 def warn_at_caller(text: str, *packages: str) -> None:
     """Issue `text` as a `DeviceFallbackWarning` attributed to the user's line.
 
-    That is the first frame outside this library, onnxruntime, wrapt and the
+    That is the first frame outside this library, onnxruntime, wrapt, asyncio and the
     imported `packages` (a patched loader's, whose own code opened a session).
     """
-    skipped = (_OWN_FILES, *(_files_of(name) for name in ("onnxruntime", "wrapt", *packages)))
+    names = ("onnxruntime", "wrapt", "asyncio", *packages)
+    skipped = (_OWN_FILES, *(_files_of(name) for name in names))
     if sys.version_info >= (3, 12):
         warnings.warn(text, DeviceFallbackWarning, skip_file_prefixes=skipped)
         return

@@ -12,10 +12,12 @@ import again) its patches apply to what the module now holds.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import importlib.abc
 import importlib.util
 import inspect
+import pkgutil
 import re
 import sys
 import threading
@@ -171,15 +173,42 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
 
 
 def _check_installed(target: str, module: str) -> None:
-    """Refuse a target whose top-level package cannot be found at all (it would wait forever)."""
-    top = module.partition(".")[0]
+    """Refuse a target whose module cannot be found (the patch would wait forever).
+
+    Below the deepest package already imported, the next submodule is looked
+    up without importing anything; a package not imported at all, by name.
+    """
+    parts = module.split(".")
+    imported = next((d for d in range(len(parts), 0, -1) if ".".join(parts[:d]) in sys.modules), 0)
+    if imported == len(parts):
+        return
+    child = ".".join(parts[: imported + 1])
     with contextlib.suppress(ImportError, ValueError):
-        if module in sys.modules or top in sys.modules or importlib.util.find_spec(top):
+        if importlib.util.find_spec(child) is not None:
             return
+    parent = sys.modules.get(".".join(parts[:imported]))
+    known = [info.name for info in pkgutil.iter_modules(getattr(parent, "__path__", None) or [])]
+    close = difflib.get_close_matches(parts[imported], known, 1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ModelInputError(
-        f"patch({target!r}): no module named {top!r} is installed, so the patch would "
-        "wait for an import that never comes. Check the spelling, or install the package."
+        f"patch({target!r}): no module named {child!r} is installed, so the patch would "
+        f"wait for an import that never comes.{hint} Check the spelling, or install the package."
     )
+
+
+def _missing(module: types.ModuleType, path: str) -> str:
+    """Say which part of `path` the module lacks, with the closest name it has."""
+    owner: object = module
+    for number, part in enumerate(path.split(".")):
+        try:
+            owner = inspect.getattr_static(owner, part)
+        except AttributeError:
+            where = module.__name__ if number == 0 else ".".join(path.split(".")[:number])
+            names = [name for name in dir(owner) if not name.startswith("__")]
+            close = difflib.get_close_matches(part, names, 1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return f"{where} has no attribute {part!r}{hint}"
+    return f"{path} cannot be read"
 
 
 def _patched_under_another_name(match: re.Match[str]) -> _Installation | None:
@@ -324,10 +353,9 @@ class _Installation:
             try:
                 self.apply(module)
             except ModelInputError:
-                if again:
-                    self.lost = True
-                elif _installed.get(self.target) is self:  # it never took: let a new patch() in
-                    del _installed[self.target]
+                self.lost = True  # its handles are no longer active
+                if not again and _installed.get(self.target) is self:  # never took: let a new
+                    del _installed[self.target]  # patch() in
                     release()
                 raise
 
@@ -343,9 +371,9 @@ class _Installation:
         """Patch the target in `module`."""
         try:
             owner, name, original = wrapt.resolve_path(module, self.path)
-        except wrapt.PathResolutionError as error:
+        except wrapt.PathResolutionError:
             raise ModelInputError(
-                f"patch({self.target!r}): {error.__cause__ or error}. Check the target's "
+                f"patch({self.target!r}): {_missing(module, self.path)}. Check the target's "
                 "spelling and the version of the package that defines it."
             ) from None
         other = _patch_of(original)
