@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -86,22 +86,24 @@ def birth_of(session: object) -> Birth | None:
 _LOAD: ContextVar[list[object] | None] = ContextVar("onnx_device_guard_load", default=None)
 
 
-@contextlib.contextmanager
-def collecting() -> Iterator[list[object]]:
+class collecting:  # noqa: N801 - a context manager, named for what its block does
     """Collect the sessions born in this context during the block, for a guarded load.
 
     An inner load's sessions are the outer load's too: the inner one reports,
     and a fallback it reported is not reported again.
     """
-    outer = _LOAD.get()
-    born: list[object] = []
-    token = _LOAD.set(born)
-    try:
-        yield born
-    finally:
-        _LOAD.reset(token)
-        if outer is not None:
-            outer.extend(born)
+
+    __slots__ = ("_outer", "_token", "born")
+
+    def __enter__(self) -> list[object]:
+        self._outer, self.born = _LOAD.get(), []
+        self._token = _LOAD.set(self.born)
+        return self.born
+
+    def __exit__(self, *exc_info: object) -> None:
+        _LOAD.reset(self._token)
+        if self._outer is not None:
+            self._outer.extend(self.born)
 
 
 _PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object]]] = {}

@@ -94,8 +94,12 @@ def reread_environment() -> Settings:
 
 def in_force(explicit: Settings) -> tuple[DeviceMismatchResolutionMode, torch.device, bool]:
     """The mode, fallback device and `warn` a call uses: `explicit` over the policy in force."""
-    merged = explicit.over(current_policy())
-    return merged.resolution_mode, merged.fallback_device, merged.warn  # type: ignore[return-value]
+    policy = current_policy()
+    return (
+        explicit.resolution_mode or policy.resolution_mode,  # type: ignore[return-value]
+        explicit.fallback_device or policy.fallback_device,  # type: ignore[return-value]
+        policy.warn if explicit.warn is None else explicit.warn,  # type: ignore[return-value]
+    )
 
 
 class device_policy:  # noqa: N801 - a context manager, named like contextlib's
