@@ -101,7 +101,8 @@ class Scope:
 
     @classmethod
     def for_worker(cls, number: int) -> Scope:
-        device_type = ("cuda", "xpu", "meta", "hpu")[number % 4]
+        # Distinct fallbacks per worker; not CUDA ones, which a CPU session cannot read either.
+        device_type = ("mps", "xpu", "meta", "hpu")[number % 4]
         return cls(
             resolution_mode="fail" if number % 3 == 0 else "fallback",
             fallback_device=torch.device(device_type, number // 4),

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import torch
 
-from ._alignment import Details, Fallback, find_mismatch, plan_alignment, report_fallback
+from ._alignment import Details, Fallback, plan_alignment, report_fallback
 from ._births import Birth, await_births, birth_of, collecting, use, why_dropped
 from ._devices import DeviceLike, as_device
 from ._discovery import (
@@ -258,8 +258,6 @@ class _Load:
         `note` ends the context of an error.
         """
         mode, fallback = settings
-        if all(find_mismatch(s, device) is None for device, _ in devices for _, s in sessions):
-            return devices[-1][0], None, ""  # the common case, without planning
         names = [path for path, _ in sessions]
         first: tuple[Fallback | None, str] = (None, "")
         aligned: dict[torch.device, torch.device] = {}
