@@ -130,7 +130,9 @@ def align_device_with_onnx_session(
       ([`DeviceFallbackWarning`][onnx_device_guard.DeviceFallbackWarning]),
       logs the same text at WARNING on the `onnx_device_guard` logger, and
       returns `fallback_device`, or `cuda:<device_id>` when only the index
-      differs.
+      differs. A CUDA `fallback_device` the session cannot read either is
+      refused with `EnvironmentConfigurationError`: a deliberate difference
+      from the upstream function, which returns any fallback.
 
     Options left at `None` come from the innermost
     [`device_policy`][onnx_device_guard.device_policy] scope, else the
@@ -139,8 +141,8 @@ def align_device_with_onnx_session(
     Args:
         session: An initialised `onnxruntime.InferenceSession`, or any object
             with `get_providers()` (and optionally `get_provider_options()`).
-        device: The device requested for the model: a `torch.device` or a
-            string such as `"cuda:0"`.
+        device: The device requested for the model: a `torch.device`, a
+            string such as `"cuda:0"`, or a CUDA index (`0` is `cuda:0`).
         resolution_mode: `"fallback"` or `"fail"`; `None` takes the policy's.
         fallback_device: Returned in `"fallback"` mode when the session runs
             no GPU-capable provider; `None` takes the policy's (CPU by default).
@@ -154,7 +156,7 @@ def align_device_with_onnx_session(
             (checked first), a device cannot be parsed, or `session` has no
             working `get_providers()`.
         EnvironmentConfigurationError: The session cannot read `device` and
-            the mode is `"fail"`.
+            the mode is `"fail"`, or cannot read the fallback device either.
 
     Examples:
         Align device in a model's `from_pretrained`:
