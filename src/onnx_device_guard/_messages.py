@@ -16,14 +16,8 @@ MISSING: Any = object()
 
 
 def short_repr(value: object, limit: int = 80) -> str:
-    """Return `repr(value)`, cut to `limit` characters, and never raise.
-
-    A `__repr__` that raises gives `<TypeName object>` instead, so building an
-    error message can never fail in its turn or hide the error it describes.
-    Strings and containers are cut while they are written, so a huge value
-    is never written out in full first.
-    """
-    cutting = reprlib.Repr()
+    """`repr(value)`, cut to `limit` characters as written; `<Type object>` if it raises."""
+    cutting = _Cutting()
     cutting.maxstring = cutting.maxother = cutting.maxlong = limit
     cutting.maxlist = cutting.maxtuple = cutting.maxdict = cutting.maxset = 16
     return _short(cutting.repr, value, limit)
@@ -38,6 +32,17 @@ def error_text(error: BaseException, limit: int = 200) -> str:
     """`Type: message` of `error`, cut to `limit` characters, however broken its `str`."""
     text = short_str(error, limit)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class _Cutting(reprlib.Repr):
+    """`reprlib.Repr`, naming an item whose `__repr__` raises as `_short` names the value."""
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        try:
+            text = repr(x)
+        except Exception:
+            return f"<{type(x).__name__} object>"
+        return text if len(text) <= self.maxother else text[: self.maxother - 3] + "..."
 
 
 def _short(show: Callable[[object], str], value: object, limit: int) -> str:
