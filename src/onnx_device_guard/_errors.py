@@ -18,12 +18,7 @@ def help_url(page: str, anchor: str) -> str:
 class DeviceGuardError(Exception):
     """Base class of every error that onnx-device-guard raises on purpose.
 
-    Catch this one to handle all of them. Each carries a
-    [`message`][onnx_device_guard.DeviceGuardError.message] saying what went
-    wrong and what to do, and a
-    [`help_url`][onnx_device_guard.DeviceGuardError.help_url] into the docs;
-    `str(error)` shows both. Both survive pickling, so an error raised in a
-    process pool reaches the parent intact.
+    `str(error)` shows its `message` and `help_url`; both survive pickling.
 
     Args:
         message: What went wrong and what to do about it.
@@ -31,20 +26,8 @@ class DeviceGuardError(Exception):
 
     Examples:
         >>> from onnx_device_guard import DeviceGuardError
-        >>> error = DeviceGuardError("Model.load returned None.")
-        >>> error.message
-        'Model.load returned None.'
-        >>> error.help_url
+        >>> DeviceGuardError("Model.load returned None.").help_url
         'https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#guarded-factories'
-
-        Every error the library raises is one:
-
-        >>> from onnx_device_guard import align_device_with_onnx_session
-        >>> try:
-        ...     align_device_with_onnx_session(object(), "cpu")
-        ... except DeviceGuardError as error:
-        ...     print(type(error).__name__)
-        ModelInputError
     """
 
     default_help_url = help_url("troubleshooting", "guarded-factories")
@@ -65,7 +48,7 @@ class DeviceGuardError(Exception):
         return f"{self.message} (see {self.help_url})"
 
     def in_context(self: _E, before: str = "", after: str = "") -> _E:
-        """This error again, its message between `before` and `after`: same type and `help_url`.
+        """This error again, its message between `before` and `after`.
 
         Args:
             before: Text put in front of the message.
@@ -87,13 +70,9 @@ class DeviceGuardError(Exception):
 
 
 class ModelInputError(DeviceGuardError, ValueError):
-    """A model input or an argument passed to onnx-device-guard is not one it can work with.
+    """An argument (or `ONNX_DEVICE_GUARD_*` variable) the library cannot use; a `ValueError`.
 
-    Despite its name (kept from the first release), it covers every bad
-    argument: an unknown `resolution_mode`, a device torch cannot parse or
-    address, a session without a working `get_providers()`, an option of the
-    wrong type, a loader `patch` cannot find, or a bad `ONNX_DEVICE_GUARD_*`
-    variable. The message names the bad value. It is also a `ValueError`.
+    The message names the bad value.
 
     Args:
         message: What went wrong and what to do about it.
@@ -101,31 +80,22 @@ class ModelInputError(DeviceGuardError, ValueError):
             arguments.
 
     Examples:
-        >>> import torch
-        >>> from onnx_device_guard import ModelInputError, align_device_with_onnx_session
-        >>> class Session:
-        ...     def get_providers(self):
-        ...         return ["CPUExecutionProvider"]
+        >>> from onnx_device_guard import ModelInputError, device_policy
         >>> try:
-        ...     align_device_with_onnx_session(
-        ...         Session(), torch.device("cpu"), resolution_mode="retry"
-        ...     )
+        ...     device_policy(warn="yes")
         ... except ModelInputError as error:
         ...     print(error.message)
-        resolution_mode must be one of 'fail', 'fallback'; got 'retry'.
+        warn must be True or False; got str 'yes'.
     """
 
     default_help_url = help_url("troubleshooting", "bad-arguments")
 
 
 class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
-    """The session cannot read tensors from the requested device.
+    """The session cannot read tensors from the requested device; a `RuntimeError`.
 
-    Raised in `"fail"` mode when the device is CUDA but the session runs no
-    GPU-capable execution provider, or runs it on another GPU; and in either
-    mode when a model's sessions run on different GPUs and cannot all read
-    the fallback device. The message names the device, the session's
-    providers and what to change. It is also a `RuntimeError`.
+    Raised in `"fail"` mode, and in either mode when a model's sessions run on
+    different GPUs and cannot all read the fallback device.
 
     Args:
         message: What went wrong and what to do about it.
@@ -133,18 +103,9 @@ class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
             "no data transfer registered" error.
 
     Examples:
-        >>> from onnx_device_guard import (
-        ...     EnvironmentConfigurationError,
-        ...     align_device_with_onnx_session,
-        ... )
-        >>> class CPUSession:
-        ...     def get_providers(self):
-        ...         return ["CPUExecutionProvider"]
-        >>> try:
-        ...     align_device_with_onnx_session(CPUSession(), "cuda:0", resolution_mode="fail")
-        ... except EnvironmentConfigurationError as error:
-        ...     print(error.help_url)
-        https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#no-data-transfer-registered
+        >>> from onnx_device_guard import EnvironmentConfigurationError
+        >>> EnvironmentConfigurationError("No GPU provider.").help_url
+        'https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#no-data-transfer-registered'
     """
 
     default_help_url = help_url("troubleshooting", "no-data-transfer-registered")
@@ -153,15 +114,8 @@ class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
 class DeviceFallbackWarning(UserWarning):
     """A model's device was changed because its session cannot read the device asked for.
 
-    Issued in `"fallback"` mode at the line that called the library, so a
-    script with no logging set up shows it; the same fallback is logged as a
-    WARNING record with structured fields on the `onnx_device_guard` logger.
-    `warn=False` (or `ONNX_DEVICE_GUARD_WARN=0`) silences both. The warning
-    filters apply: pytest's
-    `filterwarnings = ["error::onnx_device_guard.DeviceFallbackWarning"]`, or
-    `warnings.simplefilter("error", DeviceFallbackWarning)`, turns every
-    silent fallback into an error (`python -W error::UserWarning` on the
-    command line, where Python reads `-W` before the library is importable).
+    Issued in `"fallback"` mode at the caller's line, beside a WARNING record;
+    `warn=False` silences both.
 
     Args:
         message: What was wrong, which device the model uses now, and the fix.
