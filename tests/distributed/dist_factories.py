@@ -104,9 +104,21 @@ def call_blob(blob: bytes, *args: Any) -> tuple[str, int]:
     return device_of(cloudpickle.loads(blob), *args)
 
 
+@device_guard
+def load_on_gpu_session(device: str = "cuda:0") -> Model:
+    """A real session that reports CUDA: only real sessions are followed after load.
+
+    ``tests.sessions.GPUSession`` runs on the CPU and reports the providers
+    last asked of it, as a GPU machine's session would.
+    """
+    from tests.sessions import GPUSession
+
+    return Model(GPUSession(), device, os.getpid())
+
+
 def follow_in_worker() -> tuple[str, str]:
     """Load on a CUDA session, then let the session drop to CPU here: the model follows."""
-    model = load_model("gpu", "cuda:0")
+    model = load_on_gpu_session("cuda:0")
     before = str(model.device)
     model.session.set_providers([CPU])
     return before, str(model.device)
