@@ -1,11 +1,7 @@
 """`device_guard`: align the device of every model a factory returns.
 
-A guarded function is a plain closure made with `functools.wraps`, not a
-proxy: `pickle` sends it by reference (its module-level name must hold this
-very wrapper, so nothing arrives unguarded), cloudpickle sends a local,
-lambda or `__main__` one by value, options included. A `@classmethod` or
-`@staticmethod` has its function guarded and is wrapped again, so both
-stacking orders behave alike on every Python.
+A guarded function is a plain closure made with `functools.wraps`, not a proxy,
+so it pickles as functions do (Troubleshooting, "Sending guarded factories").
 """
 
 from __future__ import annotations
@@ -71,34 +67,16 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
 ) -> Any:
     """Align the device of the model that a `from_pretrained`-style factory returns.
 
-    After the factory returns, the guard finds the model's sessions and
-    device, aligns them with
-    [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session],
-    writes a changed device back to the attribute it came from (a string if
-    it was one) and returns the same model.
-
-    The sessions: `session_attr` when given; else `_session` or `session`
-    when it holds one; else every object with callable `get_providers` and
-    `run` among the model's instance attributes (a package's own wrapper
-    under `session` included), up to three levels down through lists, tuples
-    and dicts, calling no property or method.
-
-    The devices checked, in order: the call's own `device` argument
-    (positional, keyword or default; `None` leaves the choice to the
-    package), the `device=` option, then the model's `_device` or `device`
-    (or `device_attr`), so a model that reports `cpu` cannot hide a request
-    for `cuda`. The model's attribute gets the aligned device (on the inner
-    object, when the model forwards it through `__getattr__`); a read-only
-    one is left as it is and the report says so. `"fallback"` reports once
-    (a `DeviceFallbackWarning` at the caller's line and a WARNING record);
-    `"fail"` raises, naming the device and where it came from.
-
-    Use it bare or with options on functions, methods, static methods, class
-    methods (stacked either way round) and `async def` factories (aligned
-    once the coroutine has finished). The guarded factory keeps its name,
-    docstring, signature and types. It is a plain function: module-level ones
-    and class methods pickle by reference (process pools), and cloudpickle
-    (Ray, Dask) carries local and `__main__` ones by value, guard included.
+    After the factory returns, the guard finds the model's sessions (those
+    born during the call, else `session_attr`, `_session`, `session` or a
+    search of its attributes) and the devices asked for (the call's `device`
+    argument, the `device=` option, the model's `_device` or `device`),
+    aligns them with
+    [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session]
+    and writes a changed device back. It guards functions, methods, class and
+    static methods (stacked either way round), `async def` factories, and
+    classes (in place, each instance once its `__init__` returns), keeping
+    their name, signature and types.
 
     Args:
         wrapped: The factory; given when the decorator is used bare.
@@ -109,31 +87,17 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
         warn: `False` silences fallbacks (no warning, a DEBUG record); `None`
             takes the policy in force at call time.
         session_attr: Where the model keeps its session: an attribute name or
-            dotted path (`"detector.infer.session"`); a tuple of them, which
-            must all exist and accept the device; or a callable that takes
-            the model and returns its session or an iterable of sessions.
-        device_attr: The attribute that holds the device; it must exist. By
-            default the first of `_device` and `device` the model has, so a
-            read-only `device` property over `_device` works.
-        device: The device the call asks for, checked besides the call's
-            `device` argument and the model's attribute: a device (`"cuda"`),
-            or a callable that receives the call's arguments as a dict (by
-            name, defaults included) and returns one, for loaders that say it
-            with flags (`use_gpu`, `device_id`).
-        require_session: `False` lets a result without a session through: its
-            sessions are checked when they appear, after each call of its
-            public methods (and `__call__`), so a model that opens them at its
-            first call is reported (or raises) from that call. By default a
-            result without a session is an error.
-        follow: `True` (the default) keeps each model in line with its
-            sessions after load: when a session's providers change
-            (`set_providers`, or onnxruntime's own fallback to CPU after a
-            GPU provider fails in `run()`), the model is aligned again at
-            once, with the mode and fallback device in force at load: in
-            `"fallback"` mode its device is rewritten and one report names the
-            old and new providers; in `"fail"` mode the call that changed them
-            raises `EnvironmentConfigurationError`. Sessions hold the model
-            only weakly. `False` aligns at load only.
+            dotted path (`"detector.infer.session"`), a tuple of them, or a
+            callable that takes the model and returns its session or sessions.
+        device_attr: The attribute that holds the device; it must exist.
+        device: The device the call asks for: a device (`"cuda"`), or a
+            callable that receives the call's arguments as a dict (by name,
+            defaults included) and returns one.
+        require_session: `True` refuses a result without a session, `False`
+            lets any through; by default only a result that can never hold
+            one is refused, and the others are checked as sessions appear.
+        follow: `False` aligns at load only; by default the model is aligned
+            again whenever a session's providers change.
 
     Returns:
         The guarded factory, or, given options only, a decorator that guards one.
@@ -142,10 +106,8 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
         ModelInputError: At decoration, an option cannot be used or `wrapped`
             is not callable; at call time, the model's session or device holds
             an unusable value.
-        DeviceGuardError: At call time, the model has no session (and
-            `require_session` is on) or no device to check, one of its
-            attributes raises when read, or its device attribute cannot be
-            written.
+        DeviceGuardError: At call time, the model's sessions or device cannot
+            be found or read, or its device attribute cannot be written.
         EnvironmentConfigurationError: At call time, in `"fail"` mode, a
             session cannot read the model's device.
 
@@ -179,24 +141,6 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
         ...     return TwoTower()
         >>> load_two_tower().device
         'cpu'
-
-        A loader whose result keeps its session deep inside and no device;
-        the guard finds the session and checks the call's `device` argument:
-
-        >>> class Inner:
-        ...     def __init__(self):
-        ...         self.session = CPUSession()
-        >>> class Pipeline:
-        ...     def __init__(self):
-        ...         self.stages = [Inner()]
-        >>> @device_guard(resolution_mode="fail")
-        ... def load_pipeline(device="cuda"):
-        ...     return Pipeline()
-        >>> load_pipeline("cpu").stages[0].session.get_providers()
-        ['CPUExecutionProvider']
-        >>> load_pipeline()
-        Traceback (most recent call last):
-        onnx_device_guard.EnvironmentConfigurationError: The model asks for device 'cuda', ...
     """
     options = guard_options(
         resolution_mode=resolution_mode,
