@@ -1,12 +1,8 @@
 """Scoped settings: `device_policy`, and the settings in force for a call.
 
-A scope is a `ContextVar` value that links to the scope it was entered in: set
-on entry, set back on exit (threads and tasks as `device_policy` says). A scope
-left out of order, as one entered inside a generator and left after its
-consumer entered its own, raises `DeviceGuardError` instead of being repaired:
-it is never in force again, but the scopes entered after it keep what they
-inherited from it until they end. A forked process ignores the scopes it
-inherits, so every worker starts from the defaults, whatever the start method.
+A scope is a `ContextVar` value linked to the scope it was entered in. One left
+out of order raises and is never in force again; a forked process ignores the
+scopes it inherits.
 """
 
 from __future__ import annotations
@@ -63,15 +59,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def current_policy() -> Settings:
-    """Return the settings in force in this thread or task, every field filled in.
-
-    Those of the innermost `device_policy` scope, or outside every scope the
-    defaults that the environment variables set (read at the first use and
-    kept), else the built-in ones.
-
-    Raises:
-        ModelInputError: An `ONNX_DEVICE_GUARD_*` variable holds a bad value.
-    """
+    """The innermost scope's settings, else the defaults (environment, then built in)."""
     scope = _innermost()
     return _defaults() if scope is None else scope.settings
 
@@ -83,11 +71,7 @@ def _defaults() -> Settings:
 
 
 def reread_environment() -> Settings:
-    """Forget the defaults read from the environment, and read them again.
-
-    Raises:
-        ModelInputError: An `ONNX_DEVICE_GUARD_*` variable holds a bad value.
-    """
+    """Forget the defaults read from the environment, and read them again."""
     _defaults.cache_clear()
     return current_policy()
 
@@ -96,8 +80,8 @@ def in_force(explicit: Settings) -> tuple[DeviceMismatchResolutionMode, torch.de
     """The mode, fallback device and `warn` a call uses: `explicit` over the policy in force."""
     policy = current_policy()
     return (
-        explicit.resolution_mode or policy.resolution_mode,  # type: ignore[return-value]
-        explicit.fallback_device or policy.fallback_device,  # type: ignore[return-value]
+        explicit.resolution_mode or policy.resolution_mode,
+        explicit.fallback_device or policy.fallback_device,
         policy.warn if explicit.warn is None else explicit.warn,  # type: ignore[return-value]
     )
 
@@ -105,24 +89,15 @@ def in_force(explicit: Settings) -> tuple[DeviceMismatchResolutionMode, torch.de
 class device_policy:  # noqa: N801 - a context manager, named like contextlib's
     """Set the alignment settings for a block of code, or for every call of a function.
 
-    Inside the block,
+    Inside it,
     [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session],
     [`aligned_device`][onnx_device_guard.aligned_device] and guarded
-    factories use these values for every option they are not given
-    explicitly. An option left at `None` keeps the value of the enclosing
-    scope. Outside any scope the defaults are those the environment variables
-    `ONNX_DEVICE_GUARD_RESOLUTION_MODE`, `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`
-    and `ONNX_DEVICE_GUARD_WARN` set (read at the first use), else
-    `resolution_mode="fallback"`, `fallback_device=cpu` and `warn=True`.
-
-    Scopes nest and must be left in the reverse order of entry (a `with`
-    block does that). They live in a `contextvars.ContextVar`: a new thread
-    starts with the defaults, an asyncio task with the scope in force where
-    it was created, and neither sees another's changes. A process pool's
-    workers use their own defaults, also when forked inside a scope. One
-    instance may be entered any number of times, also concurrently, and
-    decorates plain and `async def` functions; it pickles, so a decorated
-    function can be sent to workers.
+    factories use these values for every option they are not given; an
+    option left at `None` keeps the enclosing scope's value. Outside every
+    scope the `ONNX_DEVICE_GUARD_*` variables set the defaults, else
+    `"fallback"`, `cpu` and `warn=True`. Scopes nest, are left in the reverse
+    order of entry, and hold per thread and asyncio task; a process pool's
+    workers start from the defaults.
 
     Args:
         resolution_mode: `"fail"` or `"fallback"` (see
@@ -130,8 +105,7 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         fallback_device: The device a `"fallback"` resolution returns when the
             session runs no GPU-capable provider.
         warn: `False` silences fallbacks: no `DeviceFallbackWarning`, and the
-            log record at DEBUG level instead of WARNING, for scripts on
-            machines known to have no GPU.
+            log record at DEBUG level instead of WARNING.
 
     Raises:
         ModelInputError: An option has a value it cannot take; or, on entry,
@@ -149,15 +123,6 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         >>> with device_policy(fallback_device="meta", warn=False):
         ...     align_device_with_onnx_session(CPUSession(), "cuda")
         device(type='meta')
-
-        As a decorator, the scope holds for every call:
-
-        >>> @device_policy(resolution_mode="fail")
-        ... def load(session):
-        ...     return align_device_with_onnx_session(session, "cuda")
-        >>> load(CPUSession())
-        Traceback (most recent call last):
-        onnx_device_guard.EnvironmentConfigurationError: ...
     """
 
     def __init__(
@@ -204,16 +169,15 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         """Run every call of `function` inside this scope.
 
         Args:
-            function: A plain or `async def` function (also under
-                `@classmethod` or `@staticmethod`); an `async def` one runs
-                its whole body, awaits included, inside the scope.
+            function: A plain or `async def` function, also under
+                `@classmethod` or `@staticmethod`.
 
         Returns:
             A wrapper of `function` with the same name, signature and types.
 
         Raises:
             ModelInputError: `function` is not callable, or is a generator
-                function, whose body would run after the scope had ended.
+                function.
 
         Examples:
             >>> from onnx_device_guard import device_policy
@@ -241,7 +205,7 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
                 "the loop that consumes it), or pass the options explicitly to the calls "
                 "inside it."
             )
-        call = getattr(type(candidate), "__call__", None)
+        call = type(candidate).__call__  # an object whose `__call__` is `async def`
         if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call):
 
             @functools.wraps(function)
