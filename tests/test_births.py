@@ -429,3 +429,24 @@ class TestRefusals:
         deep = types.SimpleNamespace(a=types.SimpleNamespace(b=types.SimpleNamespace(c=types.SimpleNamespace(s=made))))
         with pytest.raises(DeviceGuardError, match="stopped short"):
             device_guard(resolution_mode="fail")(lambda: types.SimpleNamespace(deep=deep, device="cuda"))()
+
+
+class TestRunSeesOnlyInterpreterOptions:
+    @pytest.mark.parametrize(
+        ("command", "refused"),
+        [
+            (["python3", "-I", "app.py"], "-I"),
+            (["python", "-W", "error", "-E", "app.py"], "-E"),
+            (["python3.11", "app.py", "-E"], None),
+            (["python", "-c", "pass", "-S"], None),
+            (["python", "-m", "pytest", "-I"], None),
+            (["pytest", "-S"], None),
+        ],
+    )
+    def test_only_options_before_the_program_count(
+        self, command: list[str], refused: str | None
+    ) -> None:
+        """An -E after the script or -m is the program's own argument, not Python's."""
+        from onnx_device_guard._cli import _startup_skipping
+
+        assert _startup_skipping(command) == refused

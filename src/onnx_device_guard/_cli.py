@@ -241,15 +241,14 @@ def _run(args: argparse.Namespace) -> int:
     if not program:
         say_error(f"{PROG} run: error: name the program to run, as in '{PROG} run -- python app.py'")
         return 2
-    if re.fullmatch(r"python[0-9.]*", os.path.basename(program[0])):
-        flags = next((arg for arg in program[1:] if _SKIPS_STARTUP.fullmatch(arg)), None)
-        if flags is not None and "-c" not in program[1 : program.index(flags)]:
-            say_error(
-                f"{PROG} run: error: {program[0]} {flags} ignores PYTHONPATH or skips site, so "
-                "the watch cannot start in it. Drop -I, -E and -S, or call "
-                "onnx_device_guard.watch_sessions() in the program itself."
-            )
-            return 2
+    flags = _startup_skipping(program)
+    if flags is not None:
+        say_error(
+            f"{PROG} run: error: {program[0]} {flags} ignores PYTHONPATH or skips site, so "
+            "the watch cannot start in it. Drop -I, -E and -S, or call "
+            "onnx_device_guard.watch_sessions() in the program itself."
+        )
+        return 2
     environ = dict(os.environ)
     folder = str(Path(__file__).parent / "_bootstrap")
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, environ.get("PYTHONPATH")]))
@@ -272,6 +271,21 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as error:
         say_error(f"{PROG} run: error: cannot run {program[0]!r}: {error.strerror}")
         return 127
+
+
+def _startup_skipping(program: list[str]) -> str | None:
+    """The interpreter option of a `python ...` command line that would keep the watch out."""
+    if not re.fullmatch(r"python[0-9.]*", os.path.basename(program[0])):
+        return None
+    arguments = iter(program[1:])
+    for argument in arguments:
+        if argument in ("-W", "-X"):  # an option with a value
+            next(arguments, None)
+        elif not argument.startswith("-") or argument in ("-", "-c", "-m"):
+            return None  # the program starts here: the rest are its own arguments
+        elif _SKIPS_STARTUP.fullmatch(argument):
+            return argument
+    return None
 
 
 def _doctor(args: argparse.Namespace) -> int:
