@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn
+
+import onnxruntime
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+from onnx_device_guard import example_model
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+EPFail: type[Exception] = ort_state.EPFail
 
 
 @dataclass
@@ -70,3 +80,86 @@ class RaisingOptionsSession:
 
     def get_provider_options(self) -> NoReturn:
         raise KeyError("CUDAExecutionProvider")
+
+
+def real_session(providers: Sequence[Any] = (CPU,)) -> Any:
+    """A real session of the tiny model; asked for CUDA, this CPU build silently runs the CPU."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Specified provider", UserWarning)
+        return onnxruntime.InferenceSession(example_model(), providers=list(providers))
+
+
+class GPUSession(onnxruntime.InferenceSession):  # type: ignore[misc]
+    """A real CPU session of the tiny model that reports the providers last asked of it.
+
+    `get_providers()` and `get_provider_options()` answer what it was made
+    with, or last given through the base class's `set_providers` (which
+    onnxruntime's own fallback in `run()` calls), as a GPU machine's session
+    would; it runs on the CPU throughout. `fail_next_run` makes its next run
+    raise onnxruntime's real `EPFail`, so `run()` takes its fallback path.
+    """
+
+    def __init__(
+        self,
+        providers: Sequence[str] = (CUDA, CPU),
+        device_id: int = 0,
+        *,
+        fail_next_run: bool = False,
+    ) -> None:
+        super().__init__(example_model(), providers=[CPU])
+        self._report(providers, [{"device_id": device_id} if p == CUDA else {} for p in providers])
+        if fail_next_run:
+            fail_next_run_of(self)
+
+    def _reset_session(self, providers: Any, provider_options: Any) -> None:
+        super()._reset_session([CPU], None)
+        self._report(providers or [CPU], provider_options)
+
+    def _report(
+        self, providers: Sequence[Any], options: Sequence[Mapping[str, Any]] | None
+    ) -> None:
+        names, reported = [], {}
+        for number, provider in enumerate(providers):
+            name, given = provider if isinstance(provider, tuple) else (provider, {})
+            given = given or (options[number] if options else {})
+            names.append(name)
+            reported[name] = {key: str(value) for key, value in given.items()}
+        self._providers, self._provider_options = names, reported
+
+
+def fail_next_run_of(session: Any) -> None:
+    """Make a real session's next `run()` or `run_with_ort_values()` raise a real `EPFail`.
+
+    What happens then is onnxruntime's own code: `run()` catches it, prints,
+    calls `self.set_providers(self._fallback_providers)` and retries once.
+    """
+
+    class FailsOnce:
+        def __init__(self, real: Any) -> None:
+            self.real, self.failed = real, False
+
+        def fail_once(self) -> None:
+            if not self.failed:
+                self.failed = True
+                raise EPFail("CUDA failure 700: an illegal memory access was encountered")
+
+        def run(self, *args: Any) -> Any:
+            self.fail_once()
+            return self.real.run(*args)
+
+        def run_with_ort_values(self, *args: Any) -> Any:
+            self.fail_once()
+            return self.real.run_with_ort_values(*args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.real, name)
+
+    session._sess = FailsOnce(session._sess)
+
+
+def gpu_session_failing_once(session: Any) -> type[Exception]:
+    """Make a real session report CUDA on device 0 and fail its next run with a real `EPFail`."""
+    fail_next_run_of(session)
+    session._providers = [CUDA, CPU]
+    session._provider_options = {CUDA: {"device_id": "0"}, CPU: {}}
+    return EPFail

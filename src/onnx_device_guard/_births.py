@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._errors import EnvironmentConfigurationError, help_url
+from ._follow import following, on_set_providers
 from ._messages import logger, short_repr
 from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, parse_device_id
 
@@ -303,8 +304,8 @@ def release() -> None:
     global _users, _permanent
     with _LOCK:
         _users -= 1
-        if _users > 0 or _PENDING or _LOAD.get() is not None:
-            return
+        if _users > 0 or _PENDING or _LOAD.get() is not None or following():
+            return  # following(): a guarded model still follows its sessions
         _permanent = False
         import wrapt
 
@@ -326,6 +327,9 @@ def _install(onnxruntime: Any) -> None:
         session_class = onnxruntime.InferenceSession
         wrapper = wrapt.wrap_function_wrapper(session_class, "__init__", _on_init)
         _hooks.append((session_class, "__init__", wrapper))
+        if hasattr(session_class, "set_providers"):  # provider changes, for `_follow`
+            wrapper = wrapt.wrap_function_wrapper(session_class, "set_providers", on_set_providers)
+            _hooks.append((session_class, "set_providers", wrapper))
         options_class = getattr(onnxruntime, "SessionOptions", None)
         if options_class is not None and hasattr(options_class, "add_provider"):
             wrapper = wrapt.wrap_function_wrapper(options_class, "add_provider", _on_add_provider)
