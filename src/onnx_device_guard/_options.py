@@ -1,13 +1,6 @@
-"""The library's options, each kind one immutable value, checked in one place.
+"""The options, each kind one immutable value checked in one place: `Settings`, `GuardOptions`.
 
-* `Settings`: the resolution mode, fallback device and `warn` that a call, a
-  scope or the environment sets; `None` inherits from the enclosing layer.
-* `GuardOptions`: what `device_guard`, `patch` and `realign` are told about a
-  model (where its sessions and device live, what the call asked for), plus its
-  `Settings`. Built by `guard_options`, and only there.
-
-Both are plain configuration: they pickle, compare by value, and never hold
-run-time state (what a model follows lives beside its sessions, in `_follow`).
+Both are plain configuration: they pickle, compare by value and hold no run-time state.
 """
 
 from __future__ import annotations
@@ -25,11 +18,9 @@ from ._messages import short_repr
 DeviceMismatchResolutionMode = Literal["fail", "fallback"]
 """How a device the session cannot read is resolved.
 
-* `"fallback"`: report the mismatch (a `DeviceFallbackWarning` and a log
-  record) and return a device the session can read (the fallback device, CPU
-  unless configured otherwise).
-* `"fail"`: raise
-  [`EnvironmentConfigurationError`][onnx_device_guard.EnvironmentConfigurationError].
+`"fallback"` reports the mismatch and returns a device the session reads;
+`"fail"` raises
+[`EnvironmentConfigurationError`][onnx_device_guard.EnvironmentConfigurationError].
 
 Examples:
     >>> import typing
@@ -53,12 +44,7 @@ DeviceOption = torch.device | Callable[[dict[str, Any]], object] | None
 
 @dataclass(frozen=True)
 class Settings:
-    """Resolution mode, fallback device and warnings; a `None` field inherits.
-
-    Layers, innermost first: a call's own arguments, the `device_policy`
-    scopes in force, the `ONNX_DEVICE_GUARD_*` environment variables, the
-    built-in defaults.
-    """
+    """Resolution mode, fallback device and `warn`; a `None` field inherits from the layer out."""
 
     resolution_mode: DeviceMismatchResolutionMode | None = None
     fallback_device: torch.device | None = None
@@ -76,11 +62,7 @@ class Settings:
 def settings(
     resolution_mode: object = None, fallback_device: object = None, warn: object = None
 ) -> Settings:
-    """Check the three settings a user passed and return them as `Settings`.
-
-    Raises:
-        ModelInputError: A value is not one the setting can take.
-    """
+    """The three settings a user passed, checked, as `Settings`."""
     return Settings(
         None if resolution_mode is None else check_mode(resolution_mode),
         None if fallback_device is None else as_device(fallback_device, "fallback_device"),
@@ -122,11 +104,7 @@ def guard_options(  # noqa: PLR0913 - one keyword per documented option
     require_session: object = None,
     follow: object = True,
 ) -> GuardOptions:
-    """Check every option of the guard and return them as one `GuardOptions`.
-
-    Raises:
-        ModelInputError: An option cannot be used; the message names it.
-    """
+    """Every option of the guard, checked, as one `GuardOptions`."""
     return GuardOptions(
         settings=settings(resolution_mode, fallback_device, warn),
         session_attr=_session_source(session_attr),
@@ -152,12 +130,7 @@ def check_mode(value: object) -> DeviceMismatchResolutionMode:
 
 
 def check_flag(name: str, value: object) -> bool:
-    """Return `value` as a bool if it is one, else raise `ModelInputError`.
-
-    numpy's boolean scalars (`numpy.True_`, what `array.any()` returns) count
-    as bools: they hold nothing but True or False. Anything else, `1` and
-    `"yes"` included, is refused rather than guessed at.
-    """
+    """`value` as a bool if it is one (numpy's `True_` and `False_` are), else `ModelInputError`."""
     if isinstance(value, bool):
         return value
     kind, module = type(value), type(value).__module__
@@ -202,7 +175,6 @@ def _device_option(value: object) -> DeviceOption:
         return value
     raise ModelInputError(
         "device must be a torch.device, a string such as 'cuda', a CUDA index, or a callable "
-        "that takes "
-        "the factory call's arguments as a dict and returns one; "
+        "that takes the factory call's arguments as a dict and returns one; "
         f"got {type(value).__name__} {short_repr(value)}."
     )
