@@ -10,12 +10,7 @@ from ._errors import ModelInputError
 from ._messages import logger, short_repr, short_str
 
 MAX_DEVICE_INDEX = 127
-"""The largest device index torch keeps as it is.
-
-torch stores a device index in a signed byte: `torch.device("cuda", 128)`
-comes back as `cuda:-128`, the string `"cuda:128"` as index 65408 and
-`"cuda:256"` as `cuda:0`.
-"""
+"""The largest device index torch keeps as it is: it stores one in a signed byte."""
 
 GPU_CAPABLE_EXECUTION_PROVIDERS: frozenset[str] = frozenset(
     {
@@ -26,11 +21,9 @@ GPU_CAPABLE_EXECUTION_PROVIDERS: frozenset[str] = frozenset(
         "MIGraphXExecutionProvider",
     }
 )
-"""Names of the onnxruntime execution providers that read tensors in CUDA memory.
+"""Names of the onnxruntime execution providers that read torch's `cuda` tensors.
 
-A session whose effective providers include one of these can consume `cuda`
-torch tensors (ROCm and MIGraphX builds of torch call their devices `cuda`
-too). DirectML, CoreML, OpenVINO and the others cannot read torch's CUDA memory.
+ROCm and MIGraphX builds of torch call their devices `cuda` too.
 
 Examples:
     >>> from onnx_device_guard import GPU_CAPABLE_EXECUTION_PROVIDERS
@@ -56,11 +49,7 @@ def require_session(session: object) -> Callable[[], object]:
 
 
 def effective_providers(session: object) -> tuple[str, ...]:
-    """Return `session.get_providers()` as a tuple, or raise `ModelInputError`.
-
-    Any iterable of provider names will do (a list, as onnxruntime returns,
-    a tuple, a set, a generator), but not a bare string.
-    """
+    """`session.get_providers()` (any iterable of names but a bare string) as a tuple."""
     get_providers = require_session(session)
     try:
         providers: Any = get_providers()
@@ -115,14 +104,7 @@ def first_gpu_provider(providers: tuple[str, ...]) -> str | None:
 
 
 def provider_device_id(session: object, provider: str) -> int | None:
-    """Return the GPU index that `provider` runs on in `session`, if it can be read.
-
-    `None` means "index not checked": the session has no
-    `get_provider_options()`, the provider's options hold no `device_id`, or
-    what the session reports is not a GPU index torch addresses (then one
-    WARNING names it). Never raises: a session that can read the device must
-    not fail on a report about which GPU.
-    """
+    """The GPU index `provider` runs on in `session`; `None` (logged if odd), never raising."""
     try:
         get_options = getattr(session, "get_provider_options", None)
         if not callable(get_options):
@@ -171,12 +153,7 @@ def _device_id(provider: str, raw: object) -> int | None:
 
 
 def parse_device_id(raw: object) -> int | None:
-    """Return `raw` as a GPU index torch addresses, or `None` if it is not one.
-
-    An integer (not a bool), or a string of ASCII digits. Whitespace around
-    the digits is ignored, as onnxruntime's own parser ignores it when it
-    reads the `device_id` option (`" 1"` selects GPU 1 there too).
-    """
+    """`raw` (an int, or digits with whitespace around, as onnxruntime reads) as a GPU index."""
     if type(raw) is str and raw in _INDICES:  # what onnxruntime reports: "0", "1"
         return _INDICES[raw]
     if isinstance(raw, bool):
