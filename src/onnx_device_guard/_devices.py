@@ -13,14 +13,7 @@ DeviceLike = torch.device | str | int
 
 
 def as_device(value: object, name: str) -> torch.device:
-    """Return `value` as a `torch.device` with an index torch addresses (an int is CUDA's).
-
-    `name` is the argument's name, used in the message.
-
-    Raises:
-        ModelInputError: `value` is neither a `torch.device` nor a string
-            torch parses, or its index is one torch would silently change.
-    """
+    """`value` (argument `name`) as a `torch.device` whose index torch keeps; an int is CUDA's."""
     if isinstance(value, torch.device):
         index: int | None = value.index  # torch's stubs omit the None
         if index is None or 0 <= index <= MAX_DEVICE_INDEX:
@@ -64,11 +57,7 @@ def _unaddressable(name: str, value: object, index: object) -> ModelInputError:
 
 
 def cuda_index(device: torch.device) -> int:
-    """Return the CUDA device index that torch uses for `device`.
-
-    `torch.device("cuda")` means torch's current CUDA device: device 0 before
-    CUDA is initialised (and without CUDA). This never initialises CUDA itself.
-    """
+    """The CUDA index torch uses for `device` (`cuda`: the current one); CUDA is not initialised."""
     index: int | None = device.index  # torch's stubs omit the None
     if index is not None:
         return index
