@@ -3,23 +3,24 @@
 Measured side by side, in interleaved rounds (see ``timing``):
 
 * ``run()`` of the tiny model's real CPU session while a model watches it
-  (its ``set_providers`` hooked) against another real session of the same
-  model that nobody watches, over several fresh groups of sessions (which one
-  is watched rotates). A third, unwatched session in each group gives an A/A
-  control, printed beside the figure: the spread of two identical sides on
-  this machine, against which a MISS can be judged. The hook is on
-  ``set_providers`` only, and it never reads the session's ``__dict__``
-  (which would slow every attribute lookup in ``run()`` on CPython 3.11+),
-  so the target is no added time: within 2 %.
-* One provider change: on a session whose ``set_providers`` only swaps a
-  list, the follower's own cost (a no-op callback) and one re-alignment (the
-  callback aligns the model again, ``"fallback"``, and writes the device
-  back), each against the same session unhooked; and ``set_providers`` on
-  real sessions, followed and not, for scale (onnxruntime re-creates the
-  session there). The providers alternate between two lists, so every call
-  is a change. Target: the follower's own cost within 2 % of a real
-  ``set_providers`` on the smallest model, where that is cheapest; the
-  re-alignment, most of which is the alignment itself, is reported beside.
+  against another real session of the same model that nobody watches, over
+  several fresh groups of sessions (which one is watched rotates). A third,
+  unwatched session in each group gives an A/A control, printed beside the
+  figure: the spread of two identical sides on this machine, against which a
+  MISS can be judged. The hook is ``InferenceSession.set_providers``, wrapped
+  on the class, and nothing is put on the session, so the target is no added
+  time: within 2 %.
+* One provider change: on a real session whose base ``set_providers`` only
+  swaps a list (its ``_reset_session`` overridden), the follower's own cost
+  (a no-op callback) and one re-alignment (the callback aligns the model
+  again, ``"fallback"``, and writes the device back), each against the same
+  kind of session called past the class's wrapper; an unwatched one through
+  the wrapper beside them; and ``set_providers`` on real sessions, followed
+  and not, for scale (onnxruntime re-creates the session there). The
+  providers alternate between two lists, so every call is a change.
+  Target: the follower's own cost within 2 % of a real ``set_providers`` on
+  the smallest model, where that is cheapest; the re-alignment, most of
+  which is the alignment itself, is reported beside.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import torch
 from timing import Target, Timing, compare, paired_ratio, paired_share
 
 from onnx_device_guard import align_device_with_onnx_session, device_policy
+from onnx_device_guard._births import release, use
 from onnx_device_guard._follow import Providers, watch
 
 CPU_ONLY = ["CPUExecutionProvider"]
@@ -60,30 +62,36 @@ def realign(model: Any, session_name: str, old: Providers, new: Providers) -> No
         model.device = aligned
 
 
-class SwappingSession:
-    """A session whose ``set_providers`` only swaps its list: the hook's cost, alone."""
+class SwappingSession(onnxruntime.InferenceSession):  # type: ignore[misc]
+    """A real session whose base ``set_providers`` only swaps its list: the hook's cost, alone."""
 
-    def __init__(self) -> None:
-        self._providers = list(CPU_ONLY)
-
-    def get_providers(self) -> list[str]:
-        return self._providers
-
-    def get_provider_options(self) -> dict[str, dict[str, str]]:
-        return {name: {} for name in self._providers}
-
-    def set_providers(self, providers: list[str]) -> None:
+    def _reset_session(self, providers: list[str], provider_options: object) -> None:
         self._providers = providers
+        self._provider_options = {name: {} for name in providers}
 
 
-def alternating(session: Any) -> Callable[[], object]:
-    """A call that switches `session` to the other provider list each time."""
+def alternating(session: Any, unhooked: bool = False) -> Callable[[], object]:
+    """A call that switches `session` to the other provider list each time.
+
+    `unhooked` calls onnxruntime's own `set_providers`, past the class's wrapper.
+    """
     lists = itertools.cycle([WITH_AZURE, CPU_ONLY])
+    if unhooked:
+        original = onnxruntime.InferenceSession.set_providers.__wrapped__
+        return lambda: original(session, next(lists))
     return lambda: session.set_providers(next(lists))
 
 
 def measure_following(path: Path, rounds: int, calls: int) -> dict[str, dict[str, Timing]]:
-    """Take the measurements; return the timings by comparison."""
+    """Take the measurements, with the class hooks in place; return the timings by comparison."""
+    use()
+    try:
+        return _measure(path, rounds, calls)
+    finally:
+        release()
+
+
+def _measure(path: Path, rounds: int, calls: int) -> dict[str, dict[str, Timing]]:
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     expected = x + 1
 
@@ -116,7 +124,9 @@ def measure_following(path: Path, rounds: int, calls: int) -> dict[str, dict[str
             inference[name].per_call_ns += timing.per_call_ns
 
     hooked_set, plain_set = new_session(), new_session()
-    hooked_swap, noop_swap, plain_swap = SwappingSession(), SwappingSession(), SwappingSession()
+    hooked_swap, noop_swap, plain_swap, bare_swap = (
+        SwappingSession(str(path), providers=CPU_ONLY) for _ in range(4)
+    )
     models = [Model(hooked_set), Model(hooked_swap)]
     quiet = Model(noop_swap)
     for model in models:
@@ -133,6 +143,7 @@ def measure_following(path: Path, rounds: int, calls: int) -> dict[str, dict[str
             "swap, followed, re-aligning": alternating(hooked_swap),
             "swap, followed, no-op": alternating(noop_swap),
             "swap, plain": alternating(plain_swap),
+            "swap, unhooked": alternating(bare_swap, unhooked=True),
         },
         rounds,
         {
@@ -141,6 +152,7 @@ def measure_following(path: Path, rounds: int, calls: int) -> dict[str, dict[str
             "swap, followed, re-aligning": swaps,
             "swap, followed, no-op": swaps,
             "swap, plain": swaps,
+            "swap, unhooked": swaps,
         },
     )
     return {"run": inference, "set_providers": change}
@@ -156,14 +168,15 @@ def following_targets(
     """The figures for the JSON report and the targets they are checked against.
 
     A change's costs are taken on a session whose ``set_providers`` only
-    swaps a list, where nothing else varies, and set against a real
+    swaps a list, where nothing else varies, measured from the same call past
+    the class's wrapper (``swap, unhooked``), and set against a real
     ``set_providers`` of the smallest model timed in the same rounds; the two
     real sessions' difference is too noisy to read microseconds from.
     """
     run, change = timings["run"], timings["set_providers"]
     run_added = 100 * (paired_ratio(run["followed session"], run["plain session"]) - 1)
     control = 100 * (paired_ratio(run["another plain session"], run["plain session"]) - 1)
-    floor, scale = change["swap, plain"], change["real session, plain"]
+    floor, scale = change["swap, unhooked"], change["real session, plain"]
     follower = change["swap, followed, no-op"]
     realignment = change["swap, followed, re-aligning"]
     figures: dict[str, Any] = {
