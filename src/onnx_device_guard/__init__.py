@@ -1,22 +1,7 @@
 """Keep a model's torch device in line with what its onnxruntime session can read.
 
-onnxruntime drops a GPU execution provider it cannot load without raising; the
-session then runs on CPU and the model's CUDA tensors fail at the first IO
-binding. This package aligns the device up front:
-
-* `align_device_with_onnx_session`, the core;
-* `device_guard`, a decorator for `from_pretrained`-style factories;
-* `device_policy` and `aligned_device`, scopes for a block of code;
-* `realign`, to align an existing model object again;
-* `patch`, which guards another package's loader where it is defined;
-* `watch_sessions`, which checks every session the process creates
-  (`onnx-device-guard run -- PROGRAM` turns it on for a whole program);
-* `example_model`, the path of a tiny model to try all of it on;
-* `onnx-device-guard doctor`, a command that explains a mismatch.
-
-The names are imported on first use, so `import onnx_device_guard` (and the
-command line's `--help`) does not import torch. CONTRIBUTING.md shows the
-modules' layers.
+Names are imported on first use, so `import onnx_device_guard` (and the command
+line's `--help`) does not import torch. CONTRIBUTING.md shows the modules' layers.
 
 Documentation: https://onnx-device-guard.readthedocs.io/en/latest/
 """

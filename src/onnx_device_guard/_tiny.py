@@ -15,10 +15,6 @@ _path: str | None = None
 def example_model() -> str:
     """Return the path of a tiny ONNX model shipped with the package: `y = x + 1`.
 
-    Its one input `x` is a float tensor of shape `[batch, 4]`. It is what the
-    documentation's examples (and `onnx-device-guard doctor` without a
-    model) run on, so a first try needs no model of your own.
-
     Returns:
         The path of the model file, as a string onnxruntime takes.
 
