@@ -87,6 +87,20 @@ def no_network() -> Iterator[None]:
         socket.socket.connect = real  # type: ignore[method-assign]
 
 
+def cuda_listed(monkeypatch: pytest.MonkeyPatch, module: Any) -> None:
+    """Make `module` see a GPU build of onnxruntime whose CUDA libraries do not load.
+
+    The rapid* packages import `get_available_providers` and `get_device` by
+    name and ask for CUDA only when both say a GPU is there; the session they
+    then open still runs on CPU, as onnxruntime drops the provider it cannot start.
+    """
+    real = module.get_available_providers
+    monkeypatch.setattr(
+        module, "get_available_providers", lambda: ["CUDAExecutionProvider", *real()]
+    )
+    monkeypatch.setattr(module, "get_device", lambda: "GPU")
+
+
 @contextmanager
 def one_fallback(
     caller: str, logged: Callable[[], list[logging.LogRecord]], count: int = 1

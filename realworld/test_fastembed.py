@@ -1,11 +1,13 @@
 """fastembed: `TextEmbedding` with no device attribute, and sessions opened lazily.
 
 `TextEmbedding(name, cuda=True, device_ids=[...])` asks for CUDA through its
-arguments; the class keeps no device attribute, so the guard reads them through
-`device=`. Its backend (`model`) holds the session at `model.model`. With
-`lazy_load=True` that session does not exist until the first `embed()` opens
-it, so the guard needs `require_session=False` and checks the session when it
-appears. On a CPU-only build fastembed refuses `cuda=True` itself; on a GPU
+arguments, which fastembed turns into the session's providers
+(`("CUDAExecutionProvider", {"device_id": N})`); the class keeps no device
+attribute, and the guard needs no option: the session born during the load
+asked for `cuda:N`. Its backend (`model`) holds the session at `model.model`.
+With `lazy_load=True` that session does not exist until the first `embed()`
+opens it; the load is let through and the session is checked as it is born,
+in that `embed()`. On a CPU-only build fastembed refuses `cuda=True` itself; on a GPU
 build whose CUDA libraries do not load it passes, and onnxruntime falls back
 to CPU: the tests reproduce that by listing CUDA among the available
 providers. The model is a tiny BERT exported locally, registered with
@@ -41,14 +43,6 @@ pytestmark = [
 TARGET = "fastembed:TextEmbedding"
 NAME = "local/tiny-bert"
 TEXTS = ["hello world", "the cat sat on the mat"]
-
-
-def asked(arguments: dict[str, Any]) -> str:
-    """The device TextEmbedding's own `cuda` and `device_ids` arguments ask for."""
-    cuda = arguments["cuda"]
-    if cuda is True or str(cuda).endswith("CUDA"):
-        return f"cuda:{(arguments.get('device_ids') or [0])[0]}"
-    return "cpu"
 
 
 @pytest.fixture(scope="module")
@@ -92,16 +86,24 @@ def unguarded(model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.mark.usefixtures("cuda_libraries_missing")
 class TestEagerLoad:
-    """patch() on fastembed's TextEmbedding, the session opened in __init__."""
+    """patch(TARGET) alone on fastembed's TextEmbedding, the session opened in __init__."""
 
-    def test_cuda_arguments_are_reported(
+    def test_cuda_request_is_reported(
         self, model_dir: str, tmp_path: Path, warnings_logged: Callable[[], list[Any]]
     ) -> None:
-        """cuda=True read through device=: one fallback for the CPU session."""
-        with patch(TARGET, device=asked), one_fallback(__file__, warnings_logged):
+        """cuda=True puts CUDA in the session's providers: one fallback for the CPU session."""
+        with patch(TARGET), one_fallback(__file__, warnings_logged):
             embedder = load(model_dir, tmp_path, cuda=True)
         assert embedder.model.model.get_providers() == ["CPUExecutionProvider"]
         assert not hasattr(embedder, "device")  # checked, not given one
+
+    def test_device_ids_name_the_gpu_asked_for(
+        self, model_dir: str, tmp_path: Path, warnings_logged: Callable[[], list[Any]]
+    ) -> None:
+        """device_ids=[1] becomes the provider's device_id, a request for cuda:1."""
+        with patch(TARGET), one_fallback(__file__, warnings_logged):
+            load(model_dir, tmp_path, cuda=True, device_ids=[1])
+        assert "'cuda:1'" in warnings_logged()[0].getMessage()
 
     def test_cpu_is_quiet_and_answers_the_same(
         self,
@@ -110,15 +112,15 @@ class TestEagerLoad:
         unguarded: Any,
         warnings_logged: Callable[[], list[Any]],
     ) -> None:
-        """cuda=False matches the CPU session: nothing reported, same embeddings."""
-        with patch(TARGET, device=asked), no_fallback(warnings_logged):
+        """cuda=False asks for the CPU: nothing reported, same embeddings."""
+        with patch(TARGET), no_fallback(warnings_logged):
             embedder = load(model_dir, tmp_path, cuda=False)
         np.testing.assert_allclose(np.stack(list(embedder.embed(TEXTS))), unguarded)
 
     def test_fail_mode_names_the_model(self, model_dir: str, tmp_path: Path) -> None:
         """resolution_mode='fail' raises naming TextEmbedding."""
         with (
-            patch(TARGET, device=asked, resolution_mode="fail"),
+            patch(TARGET, resolution_mode="fail"),
             pytest.raises(EnvironmentConfigurationError, match="TextEmbedding"),
         ):
             load(model_dir, tmp_path, cuda=True)
@@ -126,21 +128,9 @@ class TestEagerLoad:
 
 @pytest.mark.usefixtures("cuda_libraries_missing")
 class TestLazyLoad:
-    """patch() on TextEmbedding(lazy_load=True): the session appears at the first embed()."""
+    """patch(TARGET) on TextEmbedding(lazy_load=True): the session is born at the first embed()."""
 
-    def test_without_require_session_the_error_suggests_it(
-        self, model_dir: str, tmp_path: Path
-    ) -> None:
-        """No session at load: a DeviceGuardError naming the paths searched and both options."""
-        with (
-            patch(TARGET, device=asked),
-            pytest.raises(DeviceGuardError, match="require_session=False") as raised,
-        ):
-            load(model_dir, tmp_path, cuda=True, lazy_load=True)
-        assert "'model'" in str(raised.value)  # the backend, searched
-        assert "session_attr=" in str(raised.value)
-
-    def test_session_is_checked_when_it_appears(
+    def test_session_is_checked_when_it_is_born(
         self,
         model_dir: str,
         tmp_path: Path,
@@ -148,7 +138,7 @@ class TestLazyLoad:
         warnings_logged: Callable[[], list[Any]],
     ) -> None:
         """Nothing at load; the first embedding pass reports one fallback; the next, none."""
-        with patch(TARGET, device=asked, require_session=False):
+        with patch(TARGET):
             with no_fallback(warnings_logged):
                 embedder = load(model_dir, tmp_path, cuda=True, lazy_load=True)
             assert "model" not in vars(embedder.model)  # no session yet
@@ -163,7 +153,7 @@ class TestLazyLoad:
         self, model_dir: str, tmp_path: Path
     ) -> None:
         """resolution_mode='fail': the load passes; the first embedding pass raises."""
-        with patch(TARGET, device=asked, require_session=False, resolution_mode="fail"):
+        with patch(TARGET, resolution_mode="fail"):
             embedder = load(model_dir, tmp_path, cuda=True, lazy_load=True)
             with pytest.raises(EnvironmentConfigurationError, match="TextEmbedding"):
                 list(embedder.embed(TEXTS))
@@ -171,11 +161,19 @@ class TestLazyLoad:
     def test_cpu_lazy_load_is_quiet(
         self, model_dir: str, tmp_path: Path, warnings_logged: Callable[[], list[Any]]
     ) -> None:
-        """cuda=False, lazily: the session that appears matches, nothing is reported."""
-        with (
-            patch(TARGET, device=asked, require_session=False),
-            no_fallback(warnings_logged),
-        ):
+        """cuda=False, lazily: the session born asks for the CPU, nothing is reported."""
+        with patch(TARGET), no_fallback(warnings_logged):
             embedder = load(model_dir, tmp_path, cuda=False, lazy_load=True)
             list(embedder.embed(TEXTS))
         assert embedder.model.model.get_providers() == ["CPUExecutionProvider"]
+
+    def test_require_session_true_refuses_the_lazy_model(
+        self, model_dir: str, tmp_path: Path
+    ) -> None:
+        """require_session=True keeps the old refusal, naming the paths searched."""
+        with (
+            patch(TARGET, require_session=True),
+            pytest.raises(DeviceGuardError, match="session_attr=") as raised,
+        ):
+            load(model_dir, tmp_path, cuda=True, lazy_load=True)
+        assert "'model'" in str(raised.value)  # the backend, searched

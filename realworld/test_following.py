@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests import test_following as following
 from tests.logs import recorded_logs, warning_records
 
 from onnx_device_guard import patch
@@ -28,6 +27,34 @@ silero_vad = pytest.importorskip("silero_vad")
 CPU = "CPUExecutionProvider"
 AZURE = "AzureExecutionProvider"
 CHANGED = "The session 'session' of a OnnxWrapper changed its providers from "
+CUDA = "CUDAExecutionProvider"
+
+
+def gpu_session_failing_once(session: Any) -> None:
+    """Make a real CPU session say it runs CUDA, and fail its next run with a real EPFail.
+
+    What follows is onnxruntime's own code: `run()` catches the EPFail, prints
+    a notice, calls `set_providers` with its fallback providers (which builds
+    the session again on the CPU) and runs once more.
+    """
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    class FailsOnce:
+        def __init__(self, real: Any) -> None:
+            self.real, self.failed = real, False
+
+        def run(self, *args: Any) -> Any:
+            if not self.failed:
+                self.failed = True
+                raise state.EPFail("CUDA failure 700: an illegal memory access was encountered")
+            return self.real.run(*args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.real, name)
+
+    session._sess = FailsOnce(session._sess)
+    session._providers = [CUDA, CPU]
+    session._provider_options = {CUDA: {"device_id": "0"}, CPU: {}}
 
 
 def load_onnx() -> Any:
@@ -82,7 +109,7 @@ class TestSileroFollows:
         """onnxruntime's real EPFail fallback during silero's own call goes through the hook."""
         with patch(TARGET, device="cpu"):
             model = load_onnx()
-            following.TestRealSessions.gpu_session_failing_once(model.session)
+            gpu_session_failing_once(model.session)
             with recorded_logs() as records:
                 answer = probabilities(model)
         assert answer == unguarded

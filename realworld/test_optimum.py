@@ -1,13 +1,14 @@
 """optimum-onnx: a hub-style `from_pretrained` classmethod, on a tiny BERT made locally.
 
 `ORTModelForFeatureExtraction.from_pretrained(path, provider=...)` opens the
-session at `session` and sets `_device` from the session's first provider.
-On a CPU-only build optimum refuses `provider="CUDAExecutionProvider"` itself;
-on a GPU build whose CUDA libraries do not load, its availability check passes
-and the session silently runs on CPU, which the tests reproduce by disabling
-that check. The model then says `cpu`, so only the request, the call's
-`provider` argument read through `device=`, shows what was asked. The model
-is a one-layer BERT built from a `BertConfig` and exported once per module.
+session at `session` with that provider and sets `_device` from the
+session's first provider. On a CPU-only build optimum refuses
+`provider="CUDAExecutionProvider"` itself; on a GPU build whose CUDA
+libraries do not load, its availability check passes and the session
+silently runs on CPU, which the tests reproduce by disabling that check. The
+model then says `cpu`, but the session born during the call asked for CUDA,
+so the guard needs no option. The model is a one-layer BERT built from a
+`BertConfig` and exported once per module.
 """
 
 from __future__ import annotations
@@ -37,12 +38,6 @@ TARGET = "optimum.onnxruntime:ORTModelForFeatureExtraction.from_pretrained"
 CUDA = "CUDAExecutionProvider"
 
 
-def asked(arguments: dict[str, Any]) -> str:
-    """The device the call's `provider` (or `providers`) argument asks for."""
-    names = arguments["providers"] or [arguments["provider"]]
-    return "cuda" if any("CUDA" in str(name) for name in names) else "cpu"
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny BERT's ONNX export."""
@@ -67,20 +62,24 @@ class TestFromPretrained:
         assert model.providers == ["CPUExecutionProvider"]
         assert str(model.device) == "cpu"
 
-    def test_call_provider_is_reported(
+    def test_provider_asked_for_is_reported(
         self, model_dir: Path, warnings_logged: Callable[[], list[Any]]
     ) -> None:
-        """device= reading the call's provider is checked although the model says cpu."""
-        with patch(TARGET, device=asked), one_fallback(__file__, warnings_logged):
+        """No option: the CUDA the session asked for is checked although the model says cpu."""
+        with patch(TARGET), one_fallback(__file__, warnings_logged):
             model = ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
         assert str(model.device) == "cpu"
+        assert "'cuda:0'" in warnings_logged()[0].getMessage()
 
-    def test_fixed_device_option_is_reported(
+    def test_device_id_names_the_gpu_asked_for(
         self, model_dir: Path, warnings_logged: Callable[[], list[Any]]
     ) -> None:
-        """A fixed device='cuda' option is checked as well as the model's _device."""
-        with patch(TARGET, device="cuda"), one_fallback(__file__, warnings_logged):
-            ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
+        """provider_options={'device_id': 1} is a request for cuda:1."""
+        with patch(TARGET), one_fallback(__file__, warnings_logged):
+            ORTModelForFeatureExtraction.from_pretrained(
+                model_dir, provider=CUDA, provider_options={"device_id": 1}
+            )
+        assert "'cuda:1'" in warnings_logged()[0].getMessage()
 
     def test_outputs_match_the_unguarded_model(self, model_dir: Path) -> None:
         """The guarded model gives the same hidden states as an unguarded one."""
@@ -92,7 +91,7 @@ class TestFromPretrained:
             "token_type_ids": np.zeros((1, 4), dtype=np.int64),
         }
         bare = ORTModelForFeatureExtraction.from_pretrained(model_dir)
-        with patch(TARGET, device=asked):
+        with patch(TARGET, warn=False):
             guarded = ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
         expected = bare.session.run(None, feeds)[0]
         assert (guarded.session.run(None, feeds)[0] == expected).all()
@@ -101,20 +100,27 @@ class TestFromPretrained:
         self, model_dir: Path, warnings_logged: Callable[[], list[Any]]
     ) -> None:
         """The default CPU provider matches: nothing is reported."""
-        with patch(TARGET, device=asked), no_fallback(warnings_logged):
+        with patch(TARGET), no_fallback(warnings_logged):
             ORTModelForFeatureExtraction.from_pretrained(model_dir)
 
     def test_fail_mode_raises(self, model_dir: Path) -> None:
         """resolution_mode='fail' raises out of from_pretrained, naming the cuda it was asked."""
         with (
-            patch(TARGET, device=asked, resolution_mode="fail"),
+            patch(TARGET, resolution_mode="fail"),
             pytest.raises(EnvironmentConfigurationError, match="cuda"),
         ):
             ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
 
-    def test_undo_restores_the_classmethod(self) -> None:
+    def test_fixed_device_option_is_reported(
+        self, model_dir: Path, warnings_logged: Callable[[], list[Any]]
+    ) -> None:
+        """A fixed device='cuda' option still checks a load that asked for the CPU."""
+        with patch(TARGET, device="cuda"), one_fallback(__file__, warnings_logged):
+            ORTModelForFeatureExtraction.from_pretrained(model_dir)
+
+    def test_undo_restores_the_classmethod(self, model_dir: Path) -> None:
         """After undo() the class holds the very classmethod object it had."""
         before = vars(ORTModelForFeatureExtraction).get("from_pretrained")
-        with patch(TARGET, device=asked):
-            pass
+        with patch(TARGET, warn=False):
+            ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
         assert vars(ORTModelForFeatureExtraction).get("from_pretrained") is before

