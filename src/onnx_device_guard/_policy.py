@@ -12,7 +12,7 @@ import inspect
 import os
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import torch
@@ -26,8 +26,6 @@ from ._options import DeviceMismatchResolutionMode, Settings, settings
 F = TypeVar("F", bound=Callable[..., Any])
 
 _CURRENT: ContextVar[_Scope | None] = ContextVar("onnx_device_guard_scope", default=None)
-_generation = 0
-"""Counts the forks this process descends from; scopes of an older generation are ignored."""
 
 
 @dataclass(eq=False)
@@ -37,21 +35,22 @@ class _Scope:
     settings: Settings
     owner: device_policy
     outer: _Scope | None
-    generation: int | None = field(default_factory=lambda: _generation)
-    """The process generation it was entered in; `None` once left out of order."""
+    ended: bool = False
+    """Set when it is left out of order: it is never in force again."""
 
 
 def _innermost() -> _Scope | None:
-    """The innermost scope in force: not ended, and entered in this process."""
+    """The innermost scope in force, skipping those that ended."""
     scope = _CURRENT.get()
-    while scope is not None and scope.generation != _generation:
+    while scope is not None and scope.ended:
         scope = scope.outer
     return scope
 
 
 def _forked() -> None:
-    global _generation
-    _generation += 1
+    """A forked child looks in a fresh variable: no context of it sees its parent's scopes."""
+    global _CURRENT
+    _CURRENT = ContextVar("onnx_device_guard_scope", default=None)
 
 
 if hasattr(os, "register_at_fork"):
@@ -64,10 +63,8 @@ def current_policy() -> Settings:
     return _defaults() if scope is None else scope.settings
 
 
-@functools.cache  # an exception is not cached: a bad value raises at every use
-def _defaults() -> Settings:
-    """The defaults outside every scope, read from the environment once."""
-    return read_environment()
+# The defaults outside every scope, read once (errors are not cached: a bad value raises each time).
+_defaults = functools.cache(read_environment)
 
 
 def reread_environment() -> Settings:
@@ -156,7 +153,7 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
         if own is innermost:
             _CURRENT.set(own.outer)
             return
-        own.generation = None
+        own.ended = True
         raise DeviceGuardError(
             f"Leaving {self!r} out of order: a scope entered after it is still in force "
             "(a scope entered inside a generator and left after its consumer entered "
