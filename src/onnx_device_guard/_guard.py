@@ -1,8 +1,4 @@
-"""`device_guard`: align the device of every model a factory returns.
-
-A guarded function is a plain closure made with `functools.wraps`, not a proxy,
-so it pickles as functions do (Troubleshooting, "Sending guarded factories").
-"""
+"""`device_guard`: align the device of each model a factory returns, with closures that pickle."""
 
 from __future__ import annotations
 
@@ -112,7 +108,7 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
             session cannot read the model's device.
 
     Examples:
-        Bare, on a class method whose session onnxruntime left on CPU:
+        Bare, on a class method whose session onnxruntime left on the CPU:
 
         >>> import torch
         >>> from onnx_device_guard import device_guard
@@ -131,16 +127,14 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
         >>> Model.from_pretrained().device
         device(type='cpu')
 
-        With options, a model holding two sessions:
+        With options, on a function:
 
-        >>> class TwoTower:
-        ...     def __init__(self):
-        ...         self.vision, self.text, self.device = CPUSession(), CPUSession(), "cuda"
-        >>> @device_guard(session_attr=("vision", "text"), fallback_device="cpu")
-        ... def load_two_tower():
-        ...     return TwoTower()
-        >>> load_two_tower().device
-        'cpu'
+        >>> @device_guard(resolution_mode="fail")
+        ... def load(device="cuda"):
+        ...     return Model(CPUSession(), torch.device(device))
+        >>> load()
+        Traceback (most recent call last):
+        onnx_device_guard.EnvironmentConfigurationError: The model asks for device 'cuda', ...
     """
     options = guard_options(
         resolution_mode=resolution_mode,
@@ -174,14 +168,12 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
 
         @functools.wraps(factory)
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-            call = Call(factory, args, kwargs, signature)
-            return await call_and_align_async(factory, args, kwargs, options, call)
+            return await call_and_align_async(Call(factory, args, kwargs, signature), options)
 
         return guarded_async
 
     @functools.wraps(factory)
     def guarded_factory(*args: Any, **kwargs: Any) -> Any:
-        call = Call(factory, args, kwargs, signature)
-        return call_and_align(factory, args, kwargs, options, call)
+        return call_and_align(Call(factory, args, kwargs, signature), options)
 
     return guarded_factory
