@@ -72,12 +72,9 @@ class DeviceGuardError(Exception):
 class ModelInputError(DeviceGuardError, ValueError):
     """An argument (or `ONNX_DEVICE_GUARD_*` variable) the library cannot use; a `ValueError`.
 
-    The message names the bad value.
-
     Args:
-        message: What went wrong and what to do about it.
-        help_url: A link into the docs; by default the section on bad
-            arguments.
+        message: What went wrong (naming the bad value) and what to do about it.
+        help_url: A link into the docs; by default the section on bad arguments.
 
     Examples:
         >>> from onnx_device_guard import ModelInputError, device_policy
@@ -99,8 +96,7 @@ class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
 
     Args:
         message: What went wrong and what to do about it.
-        help_url: A link into the docs; by default the section on the
-            "no data transfer registered" error.
+        help_url: A link into the docs; by default the "no data transfer registered" section.
 
     Examples:
         >>> from onnx_device_guard import EnvironmentConfigurationError

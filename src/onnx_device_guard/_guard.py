@@ -72,16 +72,14 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
     and writes a changed device back. It guards functions, methods, class and
     static methods (stacked either way round), `async def` factories, and
     classes (in place, each instance once its `__init__` returns), keeping
-    their name, signature and types.
+    their name, signature and types. The three settings left at `None` take
+    the policy in force when the factory is called.
 
     Args:
         wrapped: The factory; given when the decorator is used bare.
-        resolution_mode: `"fail"` or `"fallback"`; `None` takes the policy in
-            force when the factory is called.
-        fallback_device: Where to go when a session runs no GPU-capable
-            provider; `None` takes the policy in force at call time.
-        warn: `False` silences fallbacks (no warning, a DEBUG record); `None`
-            takes the policy in force at call time.
+        resolution_mode: `"fail"` or `"fallback"`.
+        fallback_device: Where to go when a session runs no GPU-capable provider.
+        warn: `False` silences fallbacks (no warning, a DEBUG record).
         session_attr: Where the model keeps its session: an attribute name or
             dotted path (`"detector.infer.session"`), a tuple of them, or a
             callable that takes the model and returns its session or sessions.

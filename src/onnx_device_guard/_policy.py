@@ -99,17 +99,14 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
     Args:
         resolution_mode: `"fail"` or `"fallback"` (see
             [`DeviceMismatchResolutionMode`][onnx_device_guard.DeviceMismatchResolutionMode]).
-        fallback_device: The device a `"fallback"` resolution returns when the
-            session runs no GPU-capable provider.
-        warn: `False` silences fallbacks: no `DeviceFallbackWarning`, and the
-            log record at DEBUG level instead of WARNING.
+        fallback_device: Where to go when a session runs no GPU-capable provider.
+        warn: `False` silences fallbacks (no warning, a DEBUG record).
 
     Raises:
         ModelInputError: An option has a value it cannot take; or, on entry,
             an `ONNX_DEVICE_GUARD_*` environment variable has one.
         DeviceGuardError: On exit, the scope is not the innermost one in
-            this thread or task (scopes left out of order, or in another
-            thread or task than the one that entered them).
+            this thread or task (left out of order, or elsewhere).
 
     Examples:
         >>> import torch
