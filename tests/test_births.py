@@ -67,7 +67,8 @@ class TestWatch:
         with recorded_logs() as records, watch_sessions():
             session()
         (text,) = fallbacks(caught)
-        assert "CUDAExecutionProvider" in text and "tiny.onnx" in text
+        assert "CUDAExecutionProvider" in text
+        assert "tiny.onnx" in text
         assert "has no CUDAExecutionProvider" in text  # the why: this build lacks it
         assert caught[-1].filename == __file__
         (record,) = [r for r in records if r.levelname == "WARNING"]
@@ -76,8 +77,9 @@ class TestWatch:
 
     def test_fail_mode_raises_out_of_the_constructor(self) -> None:
         """In "fail" mode the constructor itself raises EnvironmentConfigurationError."""
-        with watch_sessions(resolution_mode="fail"), pytest.raises(
-            EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"
+        with (
+            watch_sessions(resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"),
         ):
             session()
 
@@ -116,7 +118,9 @@ class TestWatch:
             options.add_provider("CPUExecutionProvider", {})
             made = onnxruntime.InferenceSession(example_model(), sess_options=options)
         birth = birth_of(made)
-        assert birth is not None and birth.asked == () and not birth.dropped
+        assert birth is not None
+        assert birth.asked == ()
+        assert not birth.dropped
 
     def test_two_watches_give_one_report(self, caught: list[warnings.WarningMessage]) -> None:
         """Watching twice is idempotent: still one report per session."""
@@ -197,21 +201,26 @@ class TestRunCommand:
         """--strict turns the fallback into EnvironmentConfigurationError."""
         done = self.run(tmp_path, "--strict")
         assert done.returncode == 1
-        assert "EnvironmentConfigurationError" in done.stderr and "made" not in done.stdout
+        assert "EnvironmentConfigurationError" in done.stderr
+        assert "made" not in done.stdout
 
     def test_no_warn_and_a_bad_fallback_device(self, tmp_path: Path) -> None:
         """--no-warn silences; a bad --fallback-device is one line and status 2."""
         quiet = self.run(tmp_path, "--no-warn")
-        assert quiet.returncode == 7 and "DeviceFallbackWarning" not in quiet.stderr
+        assert quiet.returncode == 7
+        assert "DeviceFallbackWarning" not in quiet.stderr
         bad = self.run(tmp_path, "--fallback-device", "gpu0")
-        assert bad.returncode == 2 and "gpu0" in bad.stderr and bad.stderr.count("\n") == 1
+        assert bad.returncode == 2
+        assert "gpu0" in bad.stderr
+        assert bad.stderr.count("\n") == 1
 
     @pytest.mark.parametrize("flag", ["-I", "-E", "-S", "-sE"])
     def test_a_python_that_skips_the_watch_is_told_so(self, tmp_path: Path, flag: str) -> None:
         """python -I, -E and -S cannot be watched: run says so instead of running unwatched."""
         done = self.run(tmp_path, python=(flag,))
         assert done.returncode == 2
-        assert "cannot start" in done.stderr and "made" not in done.stdout
+        assert "cannot start" in done.stderr
+        assert "made" not in done.stdout
 
 
 PACKAGE = """
@@ -230,7 +239,8 @@ class Detector:
         self.parts = types.SimpleNamespace(
             stages={{"k%d" % n: None for n in range(70)}}
         )
-        self.parts.stages["k69"] = [onnxruntime.InferenceSession(path, providers=_providers(device))]
+        made = onnxruntime.InferenceSession(path, providers=_providers(device))
+        self.parts.stages["k69"] = [made]
 
 
 class Lazy:
@@ -274,9 +284,7 @@ def load_in_threads(path):
 def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     """A package-shaped module on disk, imported fresh: it asks for the GPU its own way."""
     name = f"births_pkg_{next(_names)}"
-    (tmp_path / f"{name}.py").write_text(
-        "import concurrent.futures, types\n" + PACKAGE.format()
-    )
+    (tmp_path / f"{name}.py").write_text("import concurrent.futures, types\n" + PACKAGE.format())
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module(name)
     yield module
@@ -298,12 +306,14 @@ class TestPatchAlone:
             model = quietly(package.load, example_model())
         assert model.device == "cpu"
         (text,) = fallbacks(caught)
-        assert "tiny.onnx" in text and "Detector" in text
+        assert "tiny.onnx" in text
+        assert "Detector" in text
 
     def test_fail_mode_raises_out_of_the_loader(self, package: types.ModuleType) -> None:
         """In "fail" mode the package's loader raises."""
-        with patch(f"{package.__name__}:load", resolution_mode="fail"), pytest.raises(
-            EnvironmentConfigurationError
+        with (
+            patch(f"{package.__name__}:load", resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError),
         ):
             quietly(package.load, example_model())
 
@@ -311,18 +321,21 @@ class TestPatchAlone:
         self, package: types.ModuleType, caught: list[warnings.WarningMessage]
     ) -> None:
         """device="gpu", which torch cannot parse, is left to the package: the sessions tell."""
-        with patch(f"{package.__name__}:load", resolution_mode="fail"), pytest.raises(
-            EnvironmentConfigurationError
+        with (
+            patch(f"{package.__name__}:load", resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError),
         ):
             quietly(package.load, example_model(), "gpu")
         with patch(f"{package.__name__}:load", device="cpu"):
             model = quietly(package.load, example_model(), "cpu")
-        assert model.device == "cpu" and fallbacks(caught) == []
+        assert model.device == "cpu"
+        assert fallbacks(caught) == []
 
     def test_an_int_device_is_read_as_torch_reads_it(self, package: types.ModuleType) -> None:
         """device=0 is cuda:0, so "fail" mode does not return the model silently."""
-        with patch(f"{package.__name__}:load", resolution_mode="fail"), pytest.raises(
-            EnvironmentConfigurationError, match="cuda:0"
+        with (
+            patch(f"{package.__name__}:load", resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError, match="cuda:0"),
         ):
             quietly(package.load, example_model(), 0)
 
@@ -396,7 +409,8 @@ class TestOneReportPerLoad:
             return types.SimpleNamespace(inner=Inner(), device="cuda")
 
         model = load()
-        assert model.device == "cpu" and model.inner.device == torch.device("cpu")
+        assert model.device == "cpu"
+        assert model.inner.device == torch.device("cpu")
         assert len(fallbacks(caught)) == 1
 
     def test_sessions_built_in_worker_threads_are_the_loads(
@@ -426,9 +440,13 @@ class TestRefusals:
     def test_what_the_search_cannot_reach_is_an_error_in_fail_mode(self) -> None:
         """A model built before the call, with sessions past the search's limits, is said."""
         made = session(CPU)
-        deep = types.SimpleNamespace(a=types.SimpleNamespace(b=types.SimpleNamespace(c=types.SimpleNamespace(s=made))))
+        deep = types.SimpleNamespace(
+            a=types.SimpleNamespace(b=types.SimpleNamespace(c=types.SimpleNamespace(s=made)))
+        )
         with pytest.raises(DeviceGuardError, match="stopped short"):
-            device_guard(resolution_mode="fail")(lambda: types.SimpleNamespace(deep=deep, device="cuda"))()
+            device_guard(resolution_mode="fail")(
+                lambda: types.SimpleNamespace(deep=deep, device="cuda")
+            )()
 
 
 class TestRunSeesOnlyInterpreterOptions:
@@ -450,3 +468,31 @@ class TestRunSeesOnlyInterpreterOptions:
         from onnx_device_guard._cli import _startup_skipping
 
         assert _startup_skipping(command) == refused
+
+
+class TestHooksComeOff:
+    def test_the_last_waiting_model_collected_unhooks_onnxruntime(self) -> None:
+        """A lazy model alive at undo() keeps the hooks; once it is collected they come off."""
+        script = textwrap.dedent(
+            """
+            import gc, sys, types, onnxruntime
+            from onnx_device_guard import patch
+            class Lazy:
+                def __init__(self):
+                    self.device, self.session = "cuda", None
+            sys.modules["lazy_pkg"] = module = types.ModuleType("lazy_pkg")
+            module.Lazy = Lazy
+            init = vars(onnxruntime.InferenceSession)["__init__"]
+            with patch("lazy_pkg:Lazy"):
+                model = module.Lazy()
+            assert vars(onnxruntime.InferenceSession)["__init__"] is not init
+            del model
+            gc.collect()
+            assert vars(onnxruntime.InferenceSession)["__init__"] is init
+            print("unhooked")
+            """
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=False
+        )
+        assert done.stdout.strip() == "unhooked", done.stderr

@@ -229,13 +229,12 @@ class TestDeviceOption:
     def test_the_option_speaks_for_the_call(self) -> None:
         """With device= the call's own device argument is not read: it may be the package's word."""
 
-        @device_guard(device="cpu", resolution_mode="fail")
         def load(device: str = "gpu") -> NoDevice:
             return NoDevice(cpu_session())
 
-        assert isinstance(load(), NoDevice)
+        assert isinstance(device_guard(device="cpu", resolution_mode="fail")(load)(), NoDevice)
         with pytest.raises(EnvironmentConfigurationError, match="the device= option"):
-            device_guard(device="cuda", resolution_mode="fail")(load.__wrapped__)("gpu")
+            device_guard(device="cuda", resolution_mode="fail")(load)("gpu")
 
     @pytest.mark.parametrize("value", ["gpu", 3.5, True, object()])
     def test_bad_option_fails_at_decoration(self, value: Any) -> None:

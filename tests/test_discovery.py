@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import logging
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,10 +14,9 @@ from onnx_device_guard import (
     DeviceGuardError,
     EnvironmentConfigurationError,
     ModelInputError,
-    _discovery,
     device_guard,
 )
-from onnx_device_guard._discovery import MAX_ITEMS, MAX_VALUES, discover_sessions, find_sessions
+from onnx_device_guard._discovery import MAX_ITEMS, MAX_VALUES, discover_sessions
 
 from .guarded_models import RunnableSession, runnable_cpu_session, runnable_cuda_session
 from .logs import recorded_logs
@@ -417,7 +414,7 @@ class TestRequireSession:
         """Without the option, None is an error; a model that may open sessions later is not."""
 
         @device_guard
-        def load(value: object) -> object:
+        def load(value: Any) -> Any:
             return value
 
         with pytest.raises(DeviceGuardError, match="NoneType"):

@@ -117,7 +117,7 @@ class TestPatchesThatNeverApply:
         """json.decodr does not exist in the imported json package: refused, closest named."""
         from onnx_device_guard import ModelInputError, patch
 
-        with pytest.raises(ModelInputError, match="'json.decodr'.*Did you mean 'decoder'"):
+        with pytest.raises(ModelInputError, match=r"'json\.decodr'.*Did you mean 'decoder'"):
             patch("json.decodr:JSONDecoder")
 
     def test_a_missing_attribute_is_named_plainly_at_import(
@@ -135,7 +135,7 @@ class TestPatchesThatNeverApply:
         monkeypatch.syspath_prepend(str(tmp_path))
         handle = patch("round3_pkg:lod")
         try:
-            with pytest.raises(ModelInputError, match="no attribute 'lod' .did you mean 'load'"):
+            with pytest.raises(ModelInputError, match=r"no attribute 'lod' \(did you mean 'load'"):
                 importlib.import_module("round3_pkg")
             assert not handle.active
         finally:

@@ -202,11 +202,11 @@ def align_device_with_onnx_session(
         raise EnvironmentConfigurationError(
             f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
         )
-    aligned = mismatch.session_device or fallback or policy.fallback_device
+    aligned: torch.device = mismatch.session_device or fallback or policy.fallback_device  # type: ignore[assignment]
     _check_fallback(session, aligned, None)
     if policy.warn or logger.isEnabledFor(logging.DEBUG):
         report_fallback(Fallback(requested, aligned, (mismatch,)), policy.warn)  # type: ignore[arg-type]
-    return aligned  # type: ignore[return-value]
+    return aligned
 
 
 def _check_fallback(session: object, fallback: torch.device, name: str | None) -> None:

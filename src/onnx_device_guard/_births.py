@@ -1,9 +1,11 @@
 """Sessions observed where they are born: what each asked for, and what it got.
 
 While a watch, a patch or a guarded load needs it, `InferenceSession.__init__`
-is wrapped on the class (wrapt, as an instrumentor does), and
-`SessionOptions.add_provider` beside it; the last `undo()` puts both back by
-identity. Each session made then gets a `Birth`, kept beside it in a
+is wrapped on the class (wrapt, as an instrumentor does), with
+`InferenceSession.set_providers` (for `_follow`) and
+`SessionOptions.add_provider` beside it; once nothing needs them (the last
+`undo()`, the last model waiting for its sessions collected) all are put back
+by identity. Each session made then gets a `Birth`, kept beside it in a
 `WeakKeyDictionary`, and is handed to the first that owns it:
 
 * the guarded load in progress in this context (`collecting`), which checks
@@ -24,6 +26,7 @@ import contextlib
 import os
 import sys
 import threading
+import types
 import weakref
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
@@ -97,7 +100,8 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
     __slots__ = ("_outer", "_token", "born")
 
     def __enter__(self) -> list[object]:
-        self._outer, self.born = _LOAD.get(), []
+        self.born: list[object] = []
+        self._outer = _LOAD.get()
         self._token = _LOAD.set(self.born)
         return self.born
 
@@ -120,9 +124,9 @@ def await_births(model: object, check: Callable[[Any, object], object]) -> bool:
     The model is held weakly. Returns `False` when it cannot be (its class has
     `__slots__` without `__weakref__`).
     """
-    key, pending = id(model), _PENDING  # the callback may run at interpreter exit
+    key = id(model)
     try:
-        reference = weakref.ref(model, lambda _: pending.pop(key, None))
+        reference = weakref.ref(model, lambda _: _forget(key))
     except TypeError:
         return False
     _PENDING[key] = (reference, check)
@@ -130,9 +134,15 @@ def await_births(model: object, check: Callable[[Any, object], object]) -> bool:
     return True
 
 
+def _forget(key: int) -> None:
+    """Drop a collected model that waited for its sessions; the last one may unhook."""
+    if _PENDING.pop(key, None) is not None and not _PENDING:
+        _unhook_if_unused()
+
+
 def _pending_owner() -> tuple[object, Callable[[Any, object], object]] | None:
     """The pending model among the callers' first arguments (`self`), with its check."""
-    frame = sys._getframe(3)  # past _born, the wrapper and wrapt
+    frame: types.FrameType | None = sys._getframe(3)  # past _born, the wrapper and wrapt
     for _ in range(_MAX_CALLERS):
         if frame is None:
             return None
@@ -301,9 +311,16 @@ def use(*, permanent: bool = False) -> None:
 
 def release() -> None:
     """Count a user less; the last one puts onnxruntime's originals back (by identity)."""
-    global _users, _permanent
+    global _users
     with _LOCK:
         _users -= 1
+        _unhook_if_unused()
+
+
+def _unhook_if_unused() -> None:
+    """Put onnxruntime's originals back once nothing needs them any more."""
+    global _permanent
+    with _LOCK:
         if _users > 0 or _PENDING or _LOAD.get() is not None or following():
             return  # following(): a guarded model still follows its sessions
         _permanent = False
@@ -339,7 +356,7 @@ def _install(onnxruntime: Any) -> None:
 def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)
     with contextlib.suppress(Exception):  # never break the user's call over a record
-        name, options = (list(args) + [kwargs.get("provider_options", {})])[:2]
+        name, options = [*args, kwargs.get("provider_options", {})][:2]
         _ADDED.setdefault(instance, []).append((name, options))
     return result
 

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ._errors import DeviceGuardError, ModelInputError
 from ._births import collecting, use
+from ._errors import DeviceGuardError, ModelInputError
 from ._model_alignment import Call, align_model
 from ._options import GuardOptions
 

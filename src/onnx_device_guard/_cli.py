@@ -239,7 +239,9 @@ def _run(args: argparse.Namespace) -> int:
     """Replace this process with the program, its sessions watched from its first line."""
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
-        say_error(f"{PROG} run: error: name the program to run, as in '{PROG} run -- python app.py'")
+        say_error(
+            f"{PROG} run: error: name the program to run, as in '{PROG} run -- python app.py'"
+        )
         return 2
     flags = _startup_skipping(program)
     if flags is not None:

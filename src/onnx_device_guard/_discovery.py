@@ -338,7 +338,9 @@ class _Search:
     def _left_out(self, steps: _Steps, items: list[tuple[object, object]]) -> None:
         """Note a container whose items past the limits could hold a session."""
         if not all(isinstance(child, _SCALARS) for _, child in items):
-            self.unreached.append(f"{_path(steps) or 'the model'} (past the first {MAX_ITEMS} items)")
+            self.unreached.append(
+                f"{_path(steps) or 'the model'} (past the first {MAX_ITEMS} items)"
+            )
 
 
 _Steps = tuple[tuple[bool, object], ...]
@@ -352,13 +354,15 @@ _CONTAINERS = (list, tuple, dict)
 
 
 def _items(container: object) -> tuple[list[tuple[object, object]], list[tuple[object, object]]]:
-    """The first `MAX_ITEMS` items of a list, tuple or dict, and the rest's values that are
+    """The first `MAX_ITEMS` items of a list, tuple or dict, and those past them that are
     not scalars, read with the base type's methods."""
+    items: list[tuple[object, object]]
     if isinstance(container, dict):
         items = list(dict.items(container))
+    elif isinstance(container, list):
+        items = list(enumerate(list.__iter__(container)))
     else:
-        base = list if isinstance(container, list) else tuple
-        items = list(enumerate(base.__iter__(container)))  # type: ignore[attr-defined]
+        items = list(enumerate(tuple.__iter__(container)))  # type: ignore[arg-type]
     rest = [item for item in items[MAX_ITEMS:] if not isinstance(item[1], _SCALARS)]
     return items[:MAX_ITEMS], rest
 

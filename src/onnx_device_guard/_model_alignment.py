@@ -44,6 +44,7 @@ from ._options import (
     DeviceOption,
     GuardOptions,
     SessionAttr,
+    SessionSource,
     guard_options,
 )
 from ._policy import in_force
@@ -78,35 +79,23 @@ def align_model(
     return load.align(model)
 
 
-def call_and_align(
-    factory: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    options: GuardOptions,
-    call: Call | None = None,
-    origin: Origin | None = None,
-) -> Any:
-    """Call `factory`, collecting the sessions born meanwhile, then align what it returned."""
+def call_and_align(call: Call, options: GuardOptions, origin: Origin | None = None) -> Any:
+    """Make `call`, collecting the sessions born meanwhile, then align what it returned."""
     use(permanent=True)
     with collecting() as born:
-        model = factory(*args, **kwargs)
-    align_model(model, options, call or Call(factory, args, kwargs), origin, born)
+        model = call.factory(*call.args, **call.kwargs)  # type: ignore[operator]
+    align_model(model, options, call, origin, born)
     return model
 
 
 async def call_and_align_async(
-    factory: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    options: GuardOptions,
-    call: Call | None = None,
-    origin: Origin | None = None,
+    call: Call, options: GuardOptions, origin: Origin | None = None
 ) -> Any:
     """`call_and_align` for an `async def` factory: aligned once the coroutine has finished."""
     use(permanent=True)
     with collecting() as born:
-        model = await factory(*args, **kwargs)
-    align_model(model, options, call or Call(factory, args, kwargs), origin, born)
+        model = await call.factory(*call.args, **call.kwargs)  # type: ignore[operator]
+    align_model(model, options, call, origin, born)
     return model
 
 
@@ -139,7 +128,9 @@ class _Load:
 
     def born_later(self, model: object, session: object) -> torch.device | None:
         """Align `model`, which had no session at its load, with a session it opened now."""
-        later = _Load(self.options, self.factory, self.call, self.origin, (*self.born, _reference(session)))
+        later = _Load(
+            self.options, self.factory, self.call, self.origin, (*self.born, _reference(session))
+        )
         return later.align(model, opened_later=True)
 
     def sessions(self, model: object) -> tuple[Sessions, tuple[str, ...], tuple[str, ...]]:
@@ -158,26 +149,13 @@ class _Load:
         if unreached:
             _unreached(model, factory, unreached, fail=mode == "fail" and not sessions)
         if not sessions:
-            return self._wait(model, searched)
+            self._wait(model, searched)
+            return None
         births = [birth_of(session) for _, session in sessions]
         attribute = find_device_attribute(model, options.device_attr, factory)
-        explained = attribute is not None or any(births)
-        asked = self.asked
-        if asked is None:
-            asked = asked_devices(options.device, self.call, model, strict=not explained)
-        checks: list[tuple[object, str]] = list(asked)
-        asking = [(name, s) for (name, s), b in zip(sessions, births, strict=True) if b and b.asked]
-        checks += [(_birth_device(s), f"the providers session {n!r} asked for") for n, s in asking]
-        if attribute is not None:
-            checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
-        if not checks:
-            if explained:  # sessions that asked for the CPU only, and no device anywhere
-                return None
-            raise _no_device(model, factory)
-        try:
-            devices = [(as_device(value, "device"), source) for value, source in checks]
-        except ModelInputError as error:
-            raise self._in_context(error, model, sessions, checks[-1][1]) from error
+        asked, devices, asking = self._devices(model, sessions, births, attribute)
+        if not devices:
+            return None  # sessions that asked for the CPU only, and no device anywhere
         if options.follow and self.made_with is None:  # a change is not followed again
             made_with = (mode, fallback, warn)
             later = _Load(options, factory, self.call, None, self.born, made_with, asked)
@@ -209,6 +187,32 @@ class _Load:
         report_fallback(report, warn and not heard, details)
         return aligned
 
+    def _devices(
+        self,
+        model: object,
+        sessions: Sessions,
+        births: list[Birth | None],
+        attribute: DeviceAttribute | None,
+    ) -> tuple[Asked, list[tuple[torch.device, str]], Sessions]:
+        """What the call asked for, every device to check, and the sessions that asked a GPU."""
+        factory = self.factory
+        explained = attribute is not None or any(births)
+        asked = self.asked
+        if asked is None:
+            asked = asked_devices(self.options.device, self.call, model, strict=not explained)
+        checks: list[tuple[object, str]] = list(asked)
+        asking = [(name, s) for (name, s), b in zip(sessions, births, strict=True) if b and b.asked]
+        checks += [(_birth_device(s), f"the providers session {n!r} asked for") for n, s in asking]
+        if attribute is not None:
+            checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
+        if not checks and not explained:
+            raise _no_device(model, factory)
+        try:
+            devices = [(as_device(value, "device"), source) for value, source in checks]
+        except ModelInputError as error:
+            raise self._in_context(error, model, sessions, checks[-1][1]) from error
+        return asked, devices, asking
+
     def _in_force(
         self, model: object, sessions: Sessions
     ) -> tuple[DeviceMismatchResolutionMode, torch.device, bool]:
@@ -237,12 +241,12 @@ class _Load:
                 "under watch_sessions().",
                 describe(model, factory),
             )
-            return None
+            return
         logger.debug(
             "%s, which holds no onnxruntime session yet; its sessions are checked when born.",
             describe(model, factory),
         )
-        return None
+        return
 
     def _plan(
         self,
@@ -283,7 +287,9 @@ class _Load:
     ) -> ModelInputError:
         """`error`, its message naming the model, its sessions and where the device came from."""
         named = ", ".join(repr(name) for name, _ in sessions) or "none"
-        return error.in_context(f"{describe(model, self.factory)}, with sessions {named} and {source}: ")
+        return error.in_context(
+            f"{describe(model, self.factory)}, with sessions {named} and {source}: "
+        )
 
 
 def _named(model: object, born: list[object]) -> Sessions:
@@ -314,10 +320,16 @@ def _packages(factory: object | None) -> tuple[str, ...]:
 
 def _never_holds_one(model: object) -> bool:
     """Whether a factory's result can never open a session of its own later."""
-    return model is None or inspect.isawaitable(model) or isinstance(model, tuple | str | bytes | int | float)
+    return (
+        model is None
+        or inspect.isawaitable(model)
+        or isinstance(model, tuple | str | bytes | int | float)
+    )
 
 
-def _unreached(model: object, factory: object | None, unreached: tuple[str, ...], fail: bool) -> None:
+def _unreached(
+    model: object, factory: object | None, unreached: tuple[str, ...], fail: bool
+) -> None:
     """Say what the attribute search could not reach: DEBUG, or an error in `"fail"` mode."""
     text = (
         f"{describe(model, factory)}; the search for its sessions stopped short of "

@@ -35,7 +35,7 @@ from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._follow import stop_following
 from ._messages import short_repr
-from ._model_alignment import call_and_align, call_and_align_async
+from ._model_alignment import Call, call_and_align, call_and_align_async
 from ._options import (
     DeviceMismatchResolutionMode,
     DeviceSource,
@@ -509,7 +509,7 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         align = call_and_align_async if inspect.iscoroutinefunction(function) else call_and_align
 
         def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:
-            return align(wrapped, args, kwargs, options, origin=origin)  # type: ignore[arg-type]
+            return align(Call(wrapped, args, kwargs), options, origin)  # type: ignore[arg-type]
 
         # The instance is never passed on: wrapt has already bound `wrapped`.
         super().__init__(wrapped, guard)

@@ -55,22 +55,16 @@ def effective_providers(session: object) -> tuple[str, ...]:
         providers: Any = get_providers()
     except Exception as error:
         raise _broken("session.get_providers()", error) from error
-    if type(providers) is list:  # onnxruntime's own answer, read quickly
-        names = tuple(providers)
-        for name in names:
-            if type(name) is not str:
-                break
-        else:
-            return names
-    try:
-        iterable = callable(getattr(type(providers), "__iter__", None))
-    except Exception:  # a metaclass whose lookup raises
-        iterable = False
-    if isinstance(providers, str | bytes) or not iterable:
-        raise ModelInputError(
-            "session.get_providers() must return a list (or another iterable) of provider "
-            f"names; got {type(providers).__name__} {short_repr(providers)}."
-        )
+    if type(providers) is not list:  # a list is onnxruntime's own answer
+        try:
+            iterable = callable(getattr(type(providers), "__iter__", None))
+        except Exception:  # a metaclass whose lookup raises
+            iterable = False
+        if isinstance(providers, str | bytes) or not iterable:
+            raise ModelInputError(
+                "session.get_providers() must return a list (or another iterable) of provider "
+                f"names; got {type(providers).__name__} {short_repr(providers)}."
+            )
     try:
         names = tuple(providers)
     except Exception as error:
@@ -79,7 +73,7 @@ def effective_providers(session: object) -> tuple[str, ...]:
             f"Iterating over what session.get_providers() returned {what}", error
         ) from error
     for name in names:
-        if not isinstance(name, str):
+        if type(name) is not str and not isinstance(name, str):
             raise ModelInputError(
                 "session.get_providers() must return provider names (strings); got "
                 f"{type(name).__name__} {short_repr(name)} in {short_repr(providers)}."
@@ -110,10 +104,7 @@ def provider_device_id(session: object, provider: str) -> int | None:
         if not callable(get_options):
             return None
         all_options = get_options()
-        if type(all_options) is dict and type(options := all_options.get(provider)) is dict:
-            raw = options.get("device_id")  # onnxruntime's own answer, read quickly
-            return None if raw is None else _device_id(provider, raw)
-        if not isinstance(all_options, Mapping):
+        if type(all_options) is not dict and not isinstance(all_options, Mapping):
             _unchecked(
                 provider,
                 "session.get_provider_options() returned "
@@ -123,7 +114,7 @@ def provider_device_id(session: object, provider: str) -> int | None:
         options = all_options.get(provider)
         if options is None:
             return None
-        if not isinstance(options, Mapping):
+        if type(options) is not dict and not isinstance(options, Mapping):
             _unchecked(
                 provider,
                 f"its options are {type(options).__name__} {short_repr(options)}, not a mapping",

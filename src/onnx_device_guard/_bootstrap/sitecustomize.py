@@ -10,12 +10,13 @@ it has one, runs as it would have.
 
 import os
 import sys
+from typing import Any
 
 
 class _WatchOnImport:
     """A finder that answers for onnxruntime once, so the watch starts after its import."""
 
-    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name != "onnxruntime":
             return None
         sys.meta_path.remove(self)
