@@ -63,17 +63,13 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
 ) -> Any:
     """Align the device of the model that a `from_pretrained`-style factory returns.
 
-    After the factory returns, the guard finds the model's sessions (those
-    born during the call, else `session_attr`, `_session`, `session` or a
-    search of its attributes) and the devices asked for (the call's `device`
-    argument, the `device=` option, the model's `_device` or `device`),
-    aligns them with
+    After the factory returns, the guard finds the model's sessions and the
+    devices it was asked for (the guide says where it looks), aligns them with
     [`align_device_with_onnx_session`][onnx_device_guard.align_device_with_onnx_session]
     and writes a changed device back. It guards functions, methods, class and
-    static methods (stacked either way round), `async def` factories, and
-    classes (in place, each instance once its `__init__` returns), keeping
-    their name, signature and types. The three settings left at `None` take
-    the policy in force when the factory is called.
+    static methods, `async def` factories and classes, keeping their name,
+    signature and types. Settings left at `None` take the policy in force
+    when the factory is called.
 
     Args:
         wrapped: The factory; given when the decorator is used bare.
