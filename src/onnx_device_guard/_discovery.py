@@ -1,15 +1,8 @@
-"""Finding a model's sessions and its device attribute.
+"""Finding a model's sessions made before the call, and its device attribute.
 
-The model is a loader's result from another package, so every attribute read
-here is wrapped: a property or `__getattr__` that raises becomes a
-`DeviceGuardError` naming the attribute, never a stray error from inside.
-
-Discovery is for sessions made before a guarded call (a `from_session`
-constructor), and for `realign`: sessions born during the call are known
-without it. It walks the model's instance attributes (its `__dict__` and
-slots, read through the type's own descriptors) and the items of lists,
-tuples and dicts, calling no property, method or container method, within
-fixed limits; what it leaves out is said, never skipped in silence.
+An attribute read that raises becomes a `DeviceGuardError` naming it. The
+search walks instance attributes and list, tuple and dict items within fixed
+limits, calling no property or method, and says what it leaves out.
 """
 
 from __future__ import annotations
@@ -50,14 +43,14 @@ MAX_NESTING = 3
 MAX_VALUES = 4096
 """How many values one discovery looks at in all, whatever the model's shape."""
 
+_SCALARS = (str, bytes, int, float, complex, type(None))
+"""Skipped at once: the most common values in a model's attributes."""
+
+_CONTAINERS = (list, tuple, dict)
+
 _LEAVES = (
-    str,
-    bytes,
+    *_SCALARS,
     bytearray,
-    int,
-    float,
-    complex,
-    type(None),
     type,
     types.ModuleType,
     types.FunctionType,
@@ -97,12 +90,7 @@ def context(model: object, factory: object | None) -> str:
 def read_attribute(
     owner: object, name: str, model: object, factory: object | None, path: str | None = None
 ) -> Any:
-    """Return `owner.<name>`, or `MISSING` when it has no such attribute.
-
-    Anything else the lookup raises becomes a `DeviceGuardError` naming the
-    factory, the attribute (`path`, for a part of a dotted path) and the
-    original error, which it is chained to.
-    """
+    """`owner.<name>`, or `MISSING`; a lookup that raises is a `DeviceGuardError` naming `path`."""
     try:
         return getattr(owner, name, MISSING)
     except Exception as error:
@@ -118,12 +106,7 @@ Found = tuple[list[tuple[str, object]], tuple[str, ...], tuple[str, ...]]
 
 
 def find_sessions(model: object, source: SessionSource, factory: object | None) -> Found:
-    """Return the model's sessions with the path of each, what was searched, what was not.
-
-    The searched paths are for the error when nothing is found. `None`
-    values found at explicit paths are returned as they are; the caller
-    decides what they mean.
-    """
+    """The model's sessions with their paths (`None` kept), what was searched, what was not."""
     if source is None:
         tried: list[str] = []
         for name in DEFAULT_SESSION_ATTRS:
@@ -200,12 +183,7 @@ def _sessions_from_callable(
 
 
 def _may_be_session(value: object) -> bool:
-    """Whether a default-named attribute's value is taken as the session itself.
-
-    Anything with a `get_providers` attribute is (a lookup that raises too:
-    the core then says what is wrong with it); `None` and other objects are
-    searched inside instead.
-    """
+    """Whether a default-named attribute's value has `get_providers` (or raises looking)."""
     if value is None:
         return False
     try:
@@ -215,14 +193,7 @@ def _may_be_session(value: object) -> bool:
 
 
 def where(model: object, name: str, value: object) -> tuple[str, object]:
-    """The path of `model.<name>` and the object that really holds it.
-
-    Usually `name` and the model itself. When the model only forwards the
-    attribute from an inner object (a `__getattr__` that reads
-    `self.backend.<name>`), the inner object one level down that holds the
-    same value is found, so a message names `backend.device` and a write
-    goes where every view of the attribute sees it.
-    """
+    """The path of `model.<name>` and its holder: the model, or an inner object it forwards."""
     cls = type(model)
     if not hasattr(cls, "__getattr__") and cls.__getattribute__ is object.__getattribute__:
         return name, model  # nothing forwards: the attribute is the model's own
@@ -248,11 +219,7 @@ def where(model: object, name: str, value: object) -> tuple[str, object]:
 
 
 def is_session(value: object) -> bool:
-    """Whether `value` looks like an onnxruntime session: callable `get_providers` and `run`.
-
-    Both are looked up on the value's type, so no instance `__getattr__`
-    runs.
-    """
+    """Whether `value`'s type has callable `get_providers` and `run`, as a session does."""
     cls = type(value)
     try:
         return callable(getattr(cls, "get_providers", None)) and callable(getattr(cls, "run", None))
@@ -261,15 +228,7 @@ def is_session(value: object) -> bool:
 
 
 def discover_sessions(model: object) -> Found:
-    """Find the sessions among `model`'s instance attributes, breadth first.
-
-    Goes `MAX_DEPTH` attribute levels down, through lists, tuples and dicts,
-    looking at no more than `MAX_ITEMS` items of one container and
-    `MAX_VALUES` values in all, and visiting each object once (cycles end
-    there). Returns the sessions found with their paths (each session once,
-    under the first path it was found at), the attribute paths searched, and
-    the paths of what the limits left out that could hold a session.
-    """
+    """Find the sessions among `model`'s instance attributes, breadth first, each object once."""
     search = _Search(model)
     level: list[tuple[object, _Steps]] = [(model, ())]
     for depth in range(1, MAX_DEPTH + 1):
@@ -302,11 +261,7 @@ class _Search:
     def attribute(
         self, steps: _Steps, value: object, below: list[tuple[object, _Steps]] | None
     ) -> None:
-        """Look at one attribute's value: a session, an object for `below`, or containers.
-
-        `below` is `None` at the last level, whose objects are only noted when
-        they could hold a session.
-        """
+        """Look at one attribute's value; `below` (`None` at the last level) gets its objects."""
         self.searched.append(_path(steps))
         self.budget -= 1
         pending: list[tuple[_Steps, object, int]] = [(steps, value, 0)]
@@ -347,15 +302,8 @@ _Steps = tuple[tuple[bool, object], ...]
 """A path as steps: `(False, name)` reads an instance attribute, `(True, key)` an item."""
 
 
-_SCALARS = (str, bytes, int, float, complex, type(None))
-"""Skipped at once: the most common values in a model's attributes."""
-
-_CONTAINERS = (list, tuple, dict)
-
-
 def _items(container: object) -> tuple[list[tuple[object, object]], list[tuple[object, object]]]:
-    """The first `MAX_ITEMS` items of a list, tuple or dict, and those past them that are
-    not scalars, read with the base type's methods."""
+    """The first `MAX_ITEMS` items of a container, and the non-scalars past them."""
     items: list[tuple[object, object]]
     if isinstance(container, dict):
         items = list(dict.items(container))
@@ -401,21 +349,6 @@ def instance_attributes(owner: object) -> list[tuple[str, object]]:
         return []
 
 
-def _instance_attribute(owner: object, name: object) -> object:
-    """`owner`'s instance attribute `name` (in its `__dict__` or a slot), or `MISSING`."""
-    try:
-        cls = type(owner)
-        dict_descriptor, slots = _layout(cls)
-        namespace = None if dict_descriptor is None else dict_descriptor.__get__(owner, cls)
-        if isinstance(namespace, dict) and name in namespace:
-            return dict.__getitem__(namespace, name)
-        return next(
-            (descriptor.__get__(owner, cls) for slot, descriptor in slots if slot == name), MISSING
-        )
-    except Exception:  # an odd object, or a slot never set
-        return MISSING
-
-
 def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     """Where a class's instances keep their attributes, read off the class's own namespace."""
     dict_descriptor = None
@@ -455,10 +388,7 @@ class DeviceAttribute:
 def find_device_attribute(
     model: object, device_attr: str | None, factory: object | None
 ) -> DeviceAttribute | None:
-    """Return the model's device attribute, or `None` if it has none.
-
-    An explicitly named `device_attr` must exist.
-    """
+    """The model's device attribute, or `None`; an explicit `device_attr` must exist."""
     names = DEFAULT_DEVICE_ATTRS if device_attr is None else (device_attr,)
     for name in names:
         value = read_attribute(model, name, model, factory)
