@@ -47,26 +47,10 @@ class DeviceGuardError(Exception):
     def __str__(self) -> str:
         return f"{self.message} (see {self.help_url})"
 
-    def in_context(self: _E, before: str = "", after: str = "") -> _E:
-        """This error again, its message between `before` and `after`.
 
-        Args:
-            before: Text put in front of the message.
-            after: Text put after it.
-
-        Returns:
-            A new error of the same class, with the same `help_url`.
-
-        Raises:
-            ModelInputError: Never: it returns the error, for the caller to raise.
-
-        Examples:
-            >>> from onnx_device_guard import ModelInputError
-            >>> error = ModelInputError("bad device.").in_context("Loading m: ")
-            >>> type(error).__name__, error.message
-            ('ModelInputError', 'Loading m: bad device.')
-        """
-        return type(self)(f"{before}{self.message}{after}", help_url=self.help_url)
+def in_context(error: _E, before: str = "", after: str = "") -> _E:
+    """`error` again, its message between `before` and `after`, its type and `help_url` kept."""
+    return type(error)(f"{before}{error.message}{after}", help_url=error.help_url)
 
 
 class ModelInputError(DeviceGuardError, ValueError):

@@ -1,27 +1,9 @@
 """Following a session's provider changes after load, so a model can be aligned again.
 
-onnxruntime changes a live session's providers in `set_providers(...)`, which
-`InferenceSession.run()` and `run_with_ort_values()` also call when a GPU
-provider raises `EPFail`, before retrying once. While the birth hooks are in
-place (`_births`), `on_set_providers` wraps `InferenceSession.set_providers`
-on the class, as an instrumentor does: a call that changes the providers or
-their options calls back the models watching that session. Runs are
-untouched and nothing is put on the session: the watches live in
-`_FOLLOWED`, keyed weakly by the session, each model held weakly. Changes of
-one session, with their callbacks, take turns (a lock per session), so the
-model ends on what the session runs last.
-
-Limits:
-
-* Only `onnxruntime.InferenceSession` and its subclasses are followed, and
-  only through the base class's `set_providers` (a subclass that changes its
-  providers elsewhere is not). A duck-typed session is aligned at load only:
-  call `realign(model)` after changing its providers.
-* A model that cannot be weakly referenced is not followed (one WARNING per
-  class says so).
-* A copy of a followed model (`copy.copy`, `copy.deepcopy`, pickling) is not
-  followed: a watch names the model it was made for, and nothing records
-  copies. After a change, `realign(copy)`; or load each model through the guard.
+`on_set_providers` wraps `InferenceSession.set_providers` beside the birth
+hooks (`_births`); a change calls back the models watching that session. The
+watches live in `_FOLLOWED`, keyed weakly by the session, each model held
+weakly; one session's changes take turns. docs/production.md has the limits.
 """
 
 from __future__ import annotations
@@ -35,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterable
 from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
 
-from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
+from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError, in_context
 from ._messages import logger
 
 Providers = tuple[str, ...] | None
@@ -59,17 +41,7 @@ _CHANGE: ContextVar[tuple[str, str, Providers, Providers] | None] = ContextVar(
 def describe_change(
     model: object, session_name: str, old_providers: Providers, new_providers: Providers
 ) -> str:
-    """Say in one sentence which session of which model changed providers, from what to what.
-
-    Examples:
-        >>> from onnx_device_guard._follow import describe_change
-        >>> class Model: ...
-        >>> describe_change(
-        ...     Model(), "session", ("CUDAExecutionProvider", "CPUExecutionProvider"),
-        ...     ("CPUExecutionProvider",),
-        ... )
-        "The session 'session' of a Model changed its providers from ['CUDAExecutionProvider', 'CPUExecutionProvider'] to ['CPUExecutionProvider']."
-    """  # noqa: E501 - a doctest's expected output is one line
+    """Say in one sentence which session of which model changed providers, from what to what."""
 
     def shown(providers: Providers) -> str:
         return "(unreadable)" if providers is None else repr(list(providers))
@@ -126,34 +98,9 @@ def watch(
     """Follow `sessions` of `model`, calling `on_change` when one changes providers.
 
     Call it before reading the providers at load, so that a change meanwhile
-    is not missed. Watching a model's session again with an equal `key` (a
-    guard's) adds nothing; nor does a watch for an `origin` (a patch) that is
-    `cancelled`, so a load racing `undo()` leaves no watch. What cannot be
-    followed is logged, never raised. `on_change` runs in the thread that
-    changed the providers, under its scopes: see `_dispatch`. The birth hooks
-    must be in place (`_births.use`) for a change to be heard.
-
-    Returns:
-        How many of `sessions` are followed for this model now.
-
-    Examples:
-        >>> import onnxruntime
-        >>> from onnx_device_guard import example_model
-        >>> from onnx_device_guard._births import release, use
-        >>> from onnx_device_guard._follow import is_followed, watch
-        >>> use()
-        >>> cpu = ["CPUExecutionProvider"]
-        >>> session = onnxruntime.InferenceSession(example_model(), providers=cpu)
-        >>> class Model: ...
-        >>> model = Model()
-        >>> watch(model, [("session", session)], lambda *change: print(*change[1:]))
-        1
-        >>> session.set_providers(["AzureExecutionProvider", "CPUExecutionProvider"])
-        session ('CPUExecutionProvider',) ('AzureExecutionProvider', 'CPUExecutionProvider')
-        >>> del model  # the model gone, nothing follows the session
-        >>> is_followed(session)
-        False
-        >>> release()
+    is not missed. An equal `key`, or a `cancelled` `origin`, adds no watch;
+    what cannot be followed is logged. Returns how many of `sessions` are
+    followed for this model now.
     """
     try:
         reference = weakref.ref(model)
@@ -220,13 +167,7 @@ def stop_following(origin: Origin) -> None:
 
 
 def is_followed(session: object) -> bool:
-    """Whether a change of `session`'s providers would call back a model now.
-
-    Examples:
-        >>> from onnx_device_guard._follow import is_followed
-        >>> is_followed(object())
-        False
-    """
+    """Whether a change of `session`'s providers would call back a model now."""
     try:
         followers = _FOLLOWED.get(session)
     except TypeError:  # not weakly referenceable, or unhashable: never followed
@@ -250,11 +191,7 @@ def _hooked(cls: type) -> bool:
 
 
 def on_set_providers(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """`InferenceSession.set_providers`, wrapped on the class: a change calls back its models.
-
-    The change, read before and after, and its callbacks hold the session's
-    own lock, so two threads changing one session are aligned in turn.
-    """
+    """`InferenceSession.set_providers`, wrapped: a change calls back its models, in turn."""
     try:
         followers = _FOLLOWED.get(instance)
     except TypeError:  # a subclass that is unhashable: never watched
@@ -274,14 +211,11 @@ def on_set_providers(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
 def _dispatch(
     followers: _Followers, old: Providers, new: Providers, handled: BaseException | None
 ) -> None:
-    """Call back each live model watching the session, holding no lock but the session's.
+    """Call back each live model watching the session; the first error raises after the rest.
 
-    The records logged meanwhile name the change (`_name_the_change`). The
-    first error propagates once every other model was called back, later ones
-    logged at ERROR; a library error gets the change in front of its message
-    (`_explained`) and is chained to `handled`, onnxruntime's `EPFail`, if any.
-    A model watched through nested guards is called back innermost first, and
-    no further once one of its callbacks raised, as at load.
+    A library error gets the change in front (`_explained`), chained to
+    `handled` (onnxruntime's `EPFail`); a model whose callback raised is not
+    called back again through an outer guard.
     """
     errors: list[Exception] = []
     failed: list[object] = []  # models whose callback raised, compared by identity
@@ -325,7 +259,7 @@ def _explained(error: Exception, change: str) -> Exception:
     """A library error raised again with `change` in front of its message."""
     if not isinstance(error, DeviceGuardError) or type(error) not in _REWRAPPED:
         return error
-    explained = error.in_context(f"{change} ")
+    explained = in_context(error, f"{change} ")
     explained.__cause__ = error
     return explained
 

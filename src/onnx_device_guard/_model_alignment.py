@@ -36,7 +36,7 @@ from ._discovery import (
     find_sessions,
     instance_attributes,
 )
-from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError
+from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError, in_context
 from ._follow import Origin, watch
 from ._messages import MISSING, error_text, logger, short_repr
 from ._options import (
@@ -277,7 +277,7 @@ class _Load:
             except EnvironmentConfigurationError as error:
                 single = "" if len(names) > 1 else f"; session {names[0]!r}"
                 where = f" ({context(model, self.factory)}{single}; device from {source}{note})"
-                raise error.in_context(after=where) from None
+                raise in_context(error, after=where) from None
             if first[0] is None and planned is not None:
                 first = (planned, source)
         return aligned[devices[-1][0]], *first
@@ -287,8 +287,8 @@ class _Load:
     ) -> ModelInputError:
         """`error`, its message naming the model, its sessions and where the device came from."""
         named = ", ".join(repr(name) for name, _ in sessions) or "none"
-        return error.in_context(
-            f"{describe(model, self.factory)}, with sessions {named} and {source}: "
+        return in_context(
+            error, f"{describe(model, self.factory)}, with sessions {named} and {source}: "
         )
 
 
