@@ -38,6 +38,7 @@ import onnx_device_guard
 from onnx_device_guard import DeviceFallbackWarning, EnvironmentConfigurationError
 
 from . import watch_tasks as wt
+from .test_distributed import wait_for
 
 # As in test_distributed.py: without it, Ray holds back a line that another
 # worker printed in the last 5 s. Ray reads it when it is imported.
@@ -80,19 +81,6 @@ def assert_fell_back(result: tuple[list[str], list[tuple[str, str]], int]) -> No
     assert providers == [wt.CPU]
     assert raised.count((DeviceFallbackWarning.__name__, "watch_tasks.py")) == 1
     assert pid != os.getpid()
-
-
-def wait_for(capfd: pytest.CaptureFixture[str], text: str, seconds: float = 10) -> str:
-    """Collect the driver's output until ``text`` shows (Ray forwards within about a second)."""
-    seen = ""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        out, err = capfd.readouterr()
-        seen += out + err
-        if text in seen:
-            break
-        time.sleep(0.2)
-    return seen
 
 
 # ---------------------------------------------------------------- clusters
