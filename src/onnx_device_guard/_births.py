@@ -1,23 +1,12 @@
 """Sessions observed where they are born: what each asked for, and what it got.
 
-While a watch, a patch or a guarded load needs it, `InferenceSession.__init__`
-is wrapped on the class (wrapt, as an instrumentor does), with
-`InferenceSession.set_providers` (for `_follow`) and
-`SessionOptions.add_provider` beside it; once nothing needs them (the last
-`undo()`, the last model waiting for its sessions collected) all are put back
-by identity. Each session made then gets a `Birth`, kept beside it in a
-`WeakKeyDictionary`, and is handed to the first that owns it:
-
-* the guarded load in progress in this context (`collecting`), which checks
-  it together with the model it belongs to;
-* a guarded model that had no session at its load and is now among the
-  callers' first arguments (`await_births`), aligned as its load would have been;
-* a `watch_sessions` in force, which checks it on its own.
-
-Nothing here imports torch until a fallback is reported, so a watched program
-pays for torch only when it has something to hear. Sessions that onnxruntime
-makes without `__init__` (`InferenceSession._from_initialized_c_session`, for
-model packages) are not observed.
+While anything needs them, `InferenceSession.__init__` and `set_providers` and
+`SessionOptions.add_provider` are wrapped on the class, and put back by
+identity once nothing does. Each session born then gets a `Birth` and goes to
+the first that owns it: the guarded load in this context (`collecting`), a
+guarded model waiting for its sessions among the callers' first arguments
+(`await_births`), or a `watch_sessions` in force. Torch is imported only to
+report a fallback.
 """
 
 from __future__ import annotations
@@ -91,11 +80,7 @@ _LOAD: ContextVar[list[object] | None] = ContextVar("onnx_device_guard_load", de
 
 
 class collecting:  # noqa: N801 - a context manager, named for what its block does
-    """Collect the sessions born in this context during the block, for a guarded load.
-
-    An inner load's sessions are the outer load's too: the inner one reports,
-    and a fallback it reported is not reported again.
-    """
+    """Collect the sessions born in this context during the block; an outer load gets them too."""
 
     __slots__ = ("_outer", "_token", "born")
 
@@ -119,11 +104,7 @@ _MAX_CALLERS = 64
 
 
 def await_births(model: object, check: Callable[[Any, object], object]) -> bool:
-    """Check each session that `model` opens later with `check(model, session)`.
-
-    The model is held weakly. Returns `False` when it cannot be (its class has
-    `__slots__` without `__weakref__`).
-    """
+    """Check each session `model` opens later with `check`; `False` if it takes no weak ref."""
     key = id(model)
     try:
         reference = weakref.ref(model, lambda _: _forget(key))
@@ -228,20 +209,11 @@ def watch_sessions(
 ) -> SessionWatch:
     """Check every onnxruntime session this process creates, from now until `undo()`.
 
-    Each `onnxruntime.InferenceSession` created while the watch is in force
-    is compared with what it was asked for: one that asked for a GPU-capable
-    provider (`providers=` as names or `(name, options)` pairs, or
-    `SessionOptions.add_provider`) and runs none of them is a fallback. In
-    `"fallback"` mode that is reported once, a `DeviceFallbackWarning` at the
-    line that created the session and a WARNING record naming the model file,
-    the provider and why onnxruntime dropped it; in `"fail"` mode the
-    constructor raises `EnvironmentConfigurationError`. The session itself is
-    left as onnxruntime made it. A session born inside a guarded load is the
-    load's to report, with the model it belongs to.
-
-    Watching twice gives two handles and still one report per session; the
-    oldest watch in force sets the options. `onnx-device-guard run -- PROGRAM`
-    runs a program with a watch in force from its first line.
+    A session that asked for a GPU-capable provider and runs none of them
+    is reported once (a `DeviceFallbackWarning` and a WARNING record), or
+    raises in `"fail"` mode; a session born in a guarded load is the load's
+    to report. The oldest watch in force sets the options. The guide's
+    "Watching every session of a process" has the details.
 
     Args:
         resolution_mode: `"fail"` or `"fallback"`; `None` takes the policy
@@ -342,15 +314,14 @@ def _install(onnxruntime: Any) -> None:
         if _hooks or not (_users or _permanent):
             return
         session_class = onnxruntime.InferenceSession
-        wrapper = wrapt.wrap_function_wrapper(session_class, "__init__", _on_init)
-        _hooks.append((session_class, "__init__", wrapper))
-        if hasattr(session_class, "set_providers"):  # provider changes, for `_follow`
-            wrapper = wrapt.wrap_function_wrapper(session_class, "set_providers", on_set_providers)
-            _hooks.append((session_class, "set_providers", wrapper))
         options_class = getattr(onnxruntime, "SessionOptions", None)
-        if options_class is not None and hasattr(options_class, "add_provider"):
-            wrapper = wrapt.wrap_function_wrapper(options_class, "add_provider", _on_add_provider)
-            _hooks.append((options_class, "add_provider", wrapper))
+        for owner, name, hook in (
+            (session_class, "__init__", _on_init),
+            (session_class, "set_providers", on_set_providers),  # for `_follow`
+            (options_class, "add_provider", _on_add_provider),
+        ):
+            if hasattr(owner, name):
+                _hooks.append((owner, name, wrapt.wrap_function_wrapper(owner, name, hook)))
 
 
 def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -392,12 +363,10 @@ def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birt
     names = ("path_or_bytes", "sess_options", "providers", "provider_options")
     given = dict(zip(names, args, strict=False)) | kwargs
     providers, options = given.get("providers"), given.get("provider_options")
-    asked: list[tuple[str, Mapping[str, Any]]] = []
-    for number, provider in enumerate(providers or ()):
-        if isinstance(provider, tuple):
-            asked.append(provider)
-        else:
-            asked.append((provider, options[number] if options else {}))
+    asked: list[tuple[str, Mapping[str, Any]]] = [
+        provider if isinstance(provider, tuple) else (provider, options[n] if options else {})
+        for n, provider in enumerate(providers or ())
+    ]
     if not providers and given.get("sess_options") is not None:
         asked = _ADDED.get(given["sess_options"], [])
     gpu = [(name, option) for name, option in asked if name in GPU_CAPABLE_EXECUTION_PROVIDERS]
