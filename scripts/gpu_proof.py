@@ -12,9 +12,12 @@ under five minutes); it
    ``cuda`` and checks that the model falls back to ``cpu`` and runs;
 3. runs ``python -m onnx_device_guard doctor --device cuda --json`` and
    checks its verdict;
-4. checks the device-index logic against the real
+4. runs an unmodified program that asks for CUDA under
+   ``onnx-device-guard run --strict`` and checks that its session
+   constructor raises (or, with onnxruntime-gpu, runs on CUDA);
+5. checks the device-index logic against the real
    ``torch.cuda.current_device()`` and ``torch.device("cuda")``;
-5. writes every fact and check as JSON to ``--output`` and as text beside
+6. writes every fact and check as JSON to ``--output`` and as text beside
    it (the same name with ``.txt``).
 
 Where onnxruntime does have a GPU provider (onnxruntime-gpu), the expectations
@@ -218,6 +221,39 @@ def check_doctor(reads_cuda: bool) -> Check:
     return check
 
 
+WATCHED_PROGRAM = """
+import onnxruntime, warnings
+from onnx_device_guard import example_model
+warnings.simplefilter("ignore", UserWarning)
+session = onnxruntime.InferenceSession(
+    example_model(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"]
+)
+print(session.get_providers())
+"""
+
+
+def check_run_command(reads_cuda: bool) -> Check:
+    """Step 4: an unmodified program under `onnx-device-guard run --strict`."""
+    check = Check(
+        "run --strict -- python program asking for CUDA",
+        "exit 0, the session on CUDA"
+        if reads_cuda
+        else "exit 1: the program's session constructor raises EnvironmentConfigurationError",
+    )
+    command = [sys.executable, "-m", "onnx_device_guard", "run", "--strict", "--"]
+    command += [sys.executable, "-c", WATCHED_PROGRAM]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    raised = "EnvironmentConfigurationError: onnxruntime dropped" in result.stderr
+    check.facts.update(exit_code=result.returncode, stdout=result.stdout, raised=raised)
+    check.observed = f"exit {result.returncode}; raised: {raised}; stdout {result.stdout!r}"
+    check.passed = (
+        result.returncode == 0 and CUDA in result.stdout
+        if reads_cuda
+        else result.returncode == 1 and raised
+    )
+    return check
+
+
 class _IndexedSession:
     """A session whose CUDA provider says it runs on `device_id` (what onnxruntime-gpu reports)."""
 
@@ -322,6 +358,7 @@ def prove() -> dict[str, Any]:
             ("raw session, CUDA tensor bound", lambda: check_raw_binding(path, reads_cuda)),
             ("guarded factory asking for cuda", lambda: check_guarded_factory(path, reads_cuda)),
             ("doctor --device cuda --json", lambda: check_doctor(reads_cuda)),
+            ("run --strict", lambda: check_run_command(reads_cuda)),
             ("device index against torch.cuda.current_device()", check_index_logic),
         ]
         for name, step in steps:

@@ -81,6 +81,13 @@ class TestCPUSteps:
         # Here torch has no CUDA either, which the proof requires the doctor not to report.
         assert check.passed is ("torch-sees-no-cuda" not in check.facts["finding_kinds"])
 
+    def test_run_step_sees_the_constructor_raise(self, gpu_proof: ModuleType) -> None:
+        """Step 4 here: the watched program's CUDA session raises under --strict."""
+        check = gpu_proof.check_run_command(reads_cuda=False)
+        assert check.facts["exit_code"] == 1
+        assert check.facts["raised"] is True
+        assert check.passed
+
     def test_this_onnxruntime_says_no_data_transfer(
         self, gpu_proof: ModuleType, real_cpu_session: Any
     ) -> None:
