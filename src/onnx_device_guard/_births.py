@@ -314,7 +314,7 @@ def _install(onnxruntime: Any) -> None:
         if _hooks or not (_users or _permanent):
             return
         session_class = onnxruntime.InferenceSession
-        options_class = getattr(onnxruntime, "SessionOptions", None)
+        options_class: Any = getattr(onnxruntime, "SessionOptions", None)
         for owner, name, hook in (
             (session_class, "__init__", _on_init),
             (session_class, "set_providers", on_set_providers),  # for `_follow`

@@ -1,15 +1,9 @@
 """Aligning a model object: its sessions and the devices asked for, aligned, written back.
 
-One function, `align_model`, does the whole job for `device_guard`, `patch`
-and `realign`. A model's sessions are those born during its load (`_births`),
-whatever holds them; a model built from sessions made before the call is
-searched (`_discovery`). The devices asked for are the call's `device`
-argument (or the `device=` option, which then speaks for the call), what the
-sessions' providers asked for, and the model's device attribute, which gets
-the aligned device written back. A model with no session yet is checked when
-its sessions are born. When the guard follows the model, the watch on its
-sessions starts before their providers are read, so a change that lands
-during the load is never missed.
+`align_model` does the job for `device_guard`, `patch` and `realign`: the
+sessions born during the load (`_births`), or found on the model
+(`_discovery`), against the call's device, the sessions' providers and the
+model's device attribute, which gets the aligned device.
 """
 
 from __future__ import annotations
@@ -63,20 +57,12 @@ def align_model(
     origin: Origin | None = None,
     born: list[object] | None = None,
 ) -> torch.device | None:
-    """Align `model`'s device with its sessions; return the device they read.
-
-    `born` are the sessions created during the call that returned `model`.
-    Every device asked for is checked, and the model's device attribute gets
-    the aligned device; a fallback is reported once, after that. With
-    `options.follow` the model then follows its sessions (`_follow`), watched
-    for `origin`. A model without a session is left as it is (`None`), and
-    checked when its sessions are born.
-    """
-    load = _Load(options, None if call is None else call.factory, call, origin)
+    """Align `model` with its sessions (`born` during `call`); `None` for one with none yet."""
+    references: tuple[Callable[[], object], ...] = ()
     if born and options.session_attr is None:
         references = tuple(_reference(session) for session in born)
-        load = _Load(options, load.factory, call, origin, references)
-    return load.align(model)
+    factory = None if call is None else call.factory
+    return _Load(options, factory, call, origin, references).align(model)
 
 
 def call_and_align(call: Call, options: GuardOptions, origin: Origin | None = None) -> Any:
@@ -234,19 +220,18 @@ class _Load:
         strict = options.require_session
         if strict or (strict is None and explicit):
             raise _no_session(model, factory, options.session_attr, searched)
-        if not await_births(model, self.born_later):
-            logger.warning(
-                "%s holds no onnxruntime session, and its class takes no weak reference "
-                "(__slots__ without '__weakref__'), so sessions it opens later are checked only "
-                "under watch_sessions().",
+        if await_births(model, self.born_later):
+            logger.debug(
+                "%s, which holds no onnxruntime session yet; its sessions are checked when born.",
                 describe(model, factory),
             )
             return
-        logger.debug(
-            "%s, which holds no onnxruntime session yet; its sessions are checked when born.",
+        logger.warning(
+            "%s holds no onnxruntime session, and its class takes no weak reference "
+            "(__slots__ without '__weakref__'), so sessions it opens later are checked only "
+            "under watch_sessions().",
             describe(model, factory),
         )
-        return
 
     def _plan(
         self,
@@ -256,11 +241,7 @@ class _Load:
         settings: tuple[DeviceMismatchResolutionMode, torch.device],
         note: str,
     ) -> tuple[torch.device, Fallback | None, str]:
-        """Align each device with the sessions; the last aligned, the first fallback, its source.
-
-        A device asked for twice (the call's and the model's `cuda:0`) is aligned once.
-        `note` ends the context of an error.
-        """
+        """Align each device once; the last aligned, the first fallback, its source."""
         mode, fallback = settings
         names = [path for path, _ in sessions]
         first: tuple[Fallback | None, str] = (None, "")
@@ -293,10 +274,7 @@ class _Load:
 
 
 def _named(model: object, born: list[object]) -> Sessions:
-    """Born sessions named by the model's attribute that holds them, else by their files.
-
-    `#n` is added where two share a name.
-    """
+    """Born sessions named by the attribute holding them, else by their file (`#n` if twice)."""
     held = {id(value): name for name, value in instance_attributes(model)}
     names = [
         held.get(id(s)) or (os.path.basename(birth.file) if (birth := birth_of(s)) else "session")
@@ -447,10 +425,7 @@ class Call:
     """The factory's signature when the guard read it once, at decoration."""
 
     def device_argument(self) -> object:
-        """The call's `device` argument, read off the signature without binding the rest.
-
-        `None` when the call has none; `MISSING` when there is no signature to read it by.
-        """
+        """The call's `device` argument (or `None`) without binding the rest; `MISSING` unread."""
         if self.signature is None:
             return MISSING
         if "device" in self.kwargs:
@@ -465,13 +440,7 @@ class Call:
 
 
 def call_arguments(call: Call, model: object) -> dict[str, Any]:
-    """The call's arguments by parameter name, defaults included.
-
-    Bound through the factory's signature. Keyword arguments collected by a
-    `**kwargs` parameter are added under their own names too, where no
-    parameter has that name: `use_cuda` passed through `**kwargs` reads as
-    `arguments["use_cuda"]`.
-    """
+    """The call's arguments by name, defaults and those in a `**kwargs` parameter included."""
     factory = call.factory
     try:
         signature = call.signature or inspect.signature(factory)  # type: ignore[arg-type]
@@ -497,13 +466,10 @@ Asked = list[tuple[torch.device, str]]
 
 
 def asked_devices(option: DeviceOption, call: Call | None, model: object, *, strict: bool) -> Asked:
-    """What the call asks for: the `device=` option when given, else its `device` argument.
+    """The `device=` option when given, else the call's `device` argument (`None` skipped).
 
-    A `device` argument of `None` means "the package chooses" and is skipped.
-    `strict` is for a model that nothing else explains (no device attribute,
-    no session with a birth record): a value that is no device is then an
-    error; else such a value (a package's own `"gpu"` or `"auto"`) is left to
-    the package, with a DEBUG record.
+    Not `strict` (something else explains the model), a value that is no
+    device (a package's own `"auto"`) is left to the package.
     """
     if isinstance(option, torch.device):
         return [(option, "the device= option")]
@@ -588,13 +554,10 @@ def realign(  # noqa: PLR0913 - one keyword per documented option
 ) -> torch.device | None:
     """Align an existing model's device with its sessions again.
 
-    Finds the sessions and the device on `model` the way
-    [`device_guard`][onnx_device_guard.device_guard] does and aligns them:
-    for code that changes a session's providers itself
-    (`session.set_providers(...)`) or receives a model built elsewhere. A
-    changed device is written back to the model's device attribute, and a
-    fallback is logged after that; a model without a device attribute is
-    checked against `device=` and left as it is.
+    Finds the sessions and the device on `model` as
+    [`device_guard`][onnx_device_guard.device_guard] does, for a model built
+    elsewhere or after `set_providers`. A changed device is written back to
+    the model's device attribute.
 
     Args:
         model: The model object.
@@ -627,21 +590,16 @@ def realign(  # noqa: PLR0913 - one keyword per documented option
 
         >>> from onnx_device_guard import realign
         >>> class Session:
-        ...     def __init__(self):
-        ...         self.providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        ...     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
         ...     def get_providers(self):
         ...         return self.providers
-        ...     def set_providers(self, providers):
-        ...         self.providers = providers
-        ...     def run(self, output_names, feeds):
-        ...         return []
         >>> class Model:
         ...     def __init__(self):
         ...         self.session, self.device = Session(), "cuda"
         >>> model = Model()
         >>> realign(model)
         device(type='cuda')
-        >>> model.session.set_providers(["CPUExecutionProvider"])
+        >>> model.session.providers = ["CPUExecutionProvider"]
         >>> realign(model, fallback_device="cpu")
         device(type='cpu')
         >>> model.device
