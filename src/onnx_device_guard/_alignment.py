@@ -10,7 +10,6 @@ import warnings
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 
@@ -28,10 +27,7 @@ _DISAGREE_HELP = help_url("troubleshooting", "sessions-on-different-gpus")
 
 @dataclass(slots=True)
 class Mismatch:
-    """Why a session cannot read tensors from a device, and what to do about it.
-
-    `problem` and `fix` are written only when read: an unlogged fallback formats no text.
-    """
+    """Why a session cannot read tensors from a device; its texts are written only when read."""
 
     device: torch.device
     """The device the model asks for."""
@@ -115,28 +111,12 @@ def align_device_with_onnx_session(
 ) -> torch.device:
     """Return a device whose tensors `session` can read, starting from `device`.
 
-    onnxruntime drops a GPU execution provider it cannot load without raising;
-    the session runs on CPU, and a model whose inputs stay on `cuda` fails at
-    the first IO binding with "no data transfer registered". This function
-    checks the device against `session.get_providers()` up front:
-
-    * A device whose type is not `cuda` is returned unchanged.
-    * A `cuda` device needs one of
-      [`GPU_CAPABLE_EXECUTION_PROVIDERS`][onnx_device_guard.GPU_CAPABLE_EXECUTION_PROVIDERS];
-      when the first of them reports a `device_id` in
-      `session.get_provider_options()`, the index must match it too (bare
-      `cuda` is torch's current CUDA device, 0 until CUDA is initialised).
-    * On a mismatch, `"fail"` raises; `"fallback"` warns at the caller's line
-      ([`DeviceFallbackWarning`][onnx_device_guard.DeviceFallbackWarning]),
-      logs the same text at WARNING on the `onnx_device_guard` logger, and
-      returns `fallback_device`, or `cuda:<device_id>` when only the index
-      differs. A CUDA `fallback_device` the session cannot read either is
-      refused with `EnvironmentConfigurationError`: a deliberate difference
-      from the upstream function, which returns any fallback.
-
-    Options left at `None` come from the innermost
-    [`device_policy`][onnx_device_guard.device_policy] scope, else the
-    defaults: `"fallback"` and CPU.
+    A `cuda` device needs one of the
+    [`GPU_CAPABLE_EXECUTION_PROVIDERS`][onnx_device_guard.GPU_CAPABLE_EXECUTION_PROVIDERS]
+    among `session.get_providers()`, on the same GPU; other devices pass
+    unchanged. On a mismatch `"fail"` raises, and `"fallback"` warns and
+    returns `fallback_device` (or the session's GPU when only the index
+    differs). The guide's "How the decision is made" says it in full.
 
     Args:
         session: An initialised `onnxruntime.InferenceSession`, or any object
@@ -179,16 +159,6 @@ def align_device_with_onnx_session(
         ... )
         Traceback (most recent call last):
         onnx_device_guard.EnvironmentConfigurationError: ...
-
-        A session on the second GPU moves `cuda:0` there:
-
-        >>> class SessionOnGPU1:
-        ...     def get_providers(self):
-        ...         return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-        ...     def get_provider_options(self):
-        ...         return {"CUDAExecutionProvider": {"device_id": "1"}}
-        >>> align_device_with_onnx_session(SessionOnGPU1(), "cuda:0")
-        device(type='cuda', index=1)
     """
     mode = None if resolution_mode is None else check_mode(resolution_mode)
     requested = as_device(device, "device")
@@ -220,33 +190,6 @@ def _check_fallback(session: object, fallback: torch.device, name: str | None) -
         )
 
 
-def align_device_with_onnx_sessions(
-    sessions: Sequence[object],
-    device: DeviceLike,
-    resolution_mode: DeviceMismatchResolutionMode | None = None,
-    fallback_device: DeviceLike | None = None,
-    names: Sequence[str] | None = None,
-) -> torch.device:
-    """Return a device that every one of `sessions` can read, reporting a fallback.
-
-    The mode is checked first, whatever else is wrong; for `names`, see `plan_alignment`.
-    """
-    mode = None if resolution_mode is None else check_mode(resolution_mode)
-    requested = as_device(device, "device")
-    fallback = None if fallback_device is None else as_device(fallback_device, "fallback_device")
-    policy = current_policy()  # every field filled in
-    aligned, report = plan_alignment(
-        sessions,
-        names,
-        requested,
-        mode or policy.resolution_mode,  # type: ignore[arg-type]
-        fallback or policy.fallback_device,  # type: ignore[arg-type]
-    )
-    if report is not None:
-        report_fallback(report, policy.warn)  # type: ignore[arg-type]
-    return aligned
-
-
 def plan_alignment(
     sessions: Sequence[object],
     names: Sequence[str] | None,
@@ -254,13 +197,11 @@ def plan_alignment(
     mode: DeviceMismatchResolutionMode,
     fallback: torch.device,
 ) -> tuple[torch.device, Fallback | None]:
-    """Return the device every one of `sessions` reads, and the fallback to report, if any.
+    """Return the device all `sessions` read and the fallback to report; nothing is logged.
 
-    Nothing is logged: a caller first puts the device to use, then reports
-    what happened. Each session in turn aligns the device; when a later one
-    moves it to a GPU an earlier one cannot read, the fallback device is used
-    if all read it. Messages name sessions by `names` (else position) when
-    there are several. In `"fail"` mode the first mismatch raises.
+    Each session in turn aligns the device; when they end on different GPUs,
+    the fallback device is used if all read it. Messages name sessions by
+    `names` (else position) when there are several.
     """
     several = len(sessions) > 1
     labels = names or [f"#{number}" for number in range(len(sessions))]
@@ -354,12 +295,7 @@ class Details:
 
 
 def report_fallback(fallback: Fallback, warn: bool, details: Details | None = None) -> None:
-    """Report `fallback`: a `DeviceFallbackWarning` and a WARNING record, or DEBUG only.
-
-    The warning points at the first frame outside this library (the user's
-    call); the record goes to the library's logger with the `odg_*` fields
-    (see the guide's list).
-    """
+    """Report `fallback`: a warning at the user's line and a WARNING record, or DEBUG only."""
     level = logging.WARNING if warn else logging.DEBUG
     if not warn and not logger.isEnabledFor(level):
         return  # nothing to say: the texts are not even written
@@ -404,11 +340,7 @@ _OWN_FILES = os.path.dirname(__file__) + os.sep
 
 
 def warn_at_caller(text: str, *packages: str) -> None:
-    """Issue `text` as a `DeviceFallbackWarning` attributed to the user's line.
-
-    That is the first frame outside this library, onnxruntime, wrapt, asyncio and the
-    imported `packages` (a patched loader's, whose own code opened a session).
-    """
+    """Warn with `text` at the first frame outside this library, its helpers and `packages`."""
     names = ("onnxruntime", "wrapt", "asyncio", *packages)
     skipped = (_OWN_FILES, *(_files_of(name) for name in names))
     if sys.version_info >= (3, 12):
@@ -455,9 +387,6 @@ def aligned_device(
             all read the fallback device.
 
     Examples:
-        A script that prefers the GPU but must also run where onnxruntime
-        dropped it:
-
         >>> import torch
         >>> from onnx_device_guard import aligned_device
         >>> class CPUSession:
@@ -466,16 +395,6 @@ def aligned_device(
         >>> with aligned_device(CPUSession(), "cuda:0", warn=False) as device:
         ...     torch.zeros(2, device=device).device
         device(type='cpu')
-
-        In `"fail"` mode the block does not run at all:
-
-        >>> from onnx_device_guard import EnvironmentConfigurationError
-        >>> try:
-        ...     with aligned_device(CPUSession(), "cuda:0", resolution_mode="fail"):
-        ...         print("not reached")
-        ... except EnvironmentConfigurationError as error:
-        ...     print(error.help_url)
-        https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#no-data-transfer-registered
 
         A pipeline of three sessions needs one block, not three:
 
@@ -486,27 +405,20 @@ def aligned_device(
     scope = device_policy(
         resolution_mode=resolution_mode, fallback_device=fallback_device, warn=warn
     )
-    if not isinstance(session, list | tuple):
-        return _AlignedDevice(partial(align_device_with_onnx_sessions, [session], device), scope)
-    if not session:
+    sessions = list(session) if isinstance(session, list | tuple) else [session]
+    if not sessions:
         raise ModelInputError(
             "aligned_device needs a session or a non-empty list of sessions; got an empty "
             f"{type(session).__name__}."
         )
-    names = [f"sessions[{number}]" for number in range(len(session))]
-    align = partial(align_device_with_onnx_sessions, list(session), device, names=names)
-    return _AlignedDevice(align, scope)
+    return _AlignedDevice(sessions, device, scope)
 
 
 class _AlignedDevice:
-    """`aligned_device`'s block: a scope entered, then the device aligned inside it.
+    """`aligned_device`'s block (not a generator, so a warning points at the `with` line)."""
 
-    A class rather than a `contextmanager` generator, so a fallback warning
-    points at the user's `with` line, not into `contextlib`.
-    """
-
-    def __init__(self, align: partial[torch.device], scope: device_policy) -> None:
-        self._align, self._scope = align, scope
+    def __init__(self, sessions: list[object], device: DeviceLike, scope: device_policy) -> None:
+        self._sessions, self._device, self._scope = sessions, device, scope
 
     def __enter__(self) -> torch.device:
         self._scope.__enter__()
@@ -518,3 +430,19 @@ class _AlignedDevice:
 
     def __exit__(self, *exc_info: object) -> None:
         self._scope.__exit__(None, None, None)
+
+    def _align(self) -> torch.device:
+        """The device every session reads, under the scope's settings; a fallback reported."""
+        requested = as_device(self._device, "device")
+        policy = current_policy()  # every field filled in
+        names = [f"sessions[{number}]" for number in range(len(self._sessions))]
+        aligned, report = plan_alignment(
+            self._sessions,
+            names,
+            requested,
+            policy.resolution_mode,  # type: ignore[arg-type]
+            policy.fallback_device,  # type: ignore[arg-type]
+        )
+        if report is not None:
+            report_fallback(report, policy.warn)  # type: ignore[arg-type]
+        return aligned
