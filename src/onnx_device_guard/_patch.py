@@ -1,12 +1,8 @@
 """`patch`: guard a third-party factory where it is defined, without editing its package.
 
-A function or method is replaced by a `PatchedFunction` (`wrapt.wrap_object`),
-a function also in every loaded module that holds it (`from x import f`
-copies, which wrapt does not look for); a class is guarded in place
-(`_classes`). A wrapt post-import hook applies a patch whose module is not
-imported yet. `_ReloadFinder`, first on `sys.meta_path`, wraps the loader of
-a module with a patch in place, so that after `exec_module` (a reload, or an
-import again) its patches apply to what the module now holds.
+A function is replaced in its module and every module that copied it; a
+class is guarded in place (`_classes`). A post-import hook patches a module
+imported later, and `_ReloadFinder` patches a module executed again.
 """
 
 from __future__ import annotations
@@ -66,26 +62,11 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
 ) -> Patch:
     """Guard a third-party model loader where it is defined, without editing its package.
 
-    The loader is named by a string, `"package.module:function"`,
-    `"package.module:Class"` or `"package.module:Class.method"` (a plain,
-    class or static method). A function is replaced by its guarded form in
-    its module and in every loaded module that holds it under any name, such
-    as the copies `from package.module import function` makes. A class is
-    guarded in place, as `device_guard(Class)` does: each instance is aligned
-    once its outermost `__init__` returns. A method is replaced on its class,
-    so subclasses and every name of the class see it.
-
-    A module not imported yet is patched as it is imported, so one
-    `patch(...)` line can sit at the top of an entry point; a missing target
-    then raises `ModelInputError` out of that `import` (a package not
-    installed at all is refused at once). A module reloaded or imported again
-    is patched again. Patching again with the same options returns another
-    handle on the same patch, which stays until every handle is undone.
-
-    A patched function or method sent to another process (pickle, a process
-    pool, Ray, Dask) arrives guarded with the same options; a patched class
-    arrives as that process's own, unpatched: patch in each worker. Builtins
-    and other functions written in C are refused: every module shares them.
+    A function is replaced in its module and in every loaded module that
+    holds it; a class is guarded in place, as `device_guard(Class)` does; a
+    method is replaced on its class. A module not imported yet is patched as
+    it is imported. The docs' "Guarding third-party loaders" has the rules:
+    reloads, patching twice, pickling.
 
     Args:
         target: `"module:attribute"`, where the attribute is a function, a
@@ -101,37 +82,30 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
             models the patch guarded.
 
     Returns:
-        A [`Patch`][onnx_device_guard.Patch] handle: its `undo()`, or the end
-        of a `with` block over it, puts back every reference the patch
-        replaced, except those rebound to something else since.
+        A [`Patch`][onnx_device_guard.Patch] handle, to `undo()` or to use in `with`.
 
     Raises:
-        ModelInputError: The target string is malformed; its package is not
-            installed; the target does not exist in its loaded module (or,
-            for a module imported later, when it is imported); it is a
-            builtin or another callable written in C; an option is unusable;
-            or the target is already patched with other options.
+        ModelInputError: The target is malformed, not installed, missing from
+            its module (when that is imported, for a module imported later) or
+            written in C; an option is unusable; or the target is already
+            patched with other options.
 
     Examples:
-        A module that loads a model whose session onnxruntime left on CPU:
+        A module whose loader's session onnxruntime left on CPU:
 
         >>> import sys, types
-        >>> import torch
-        >>> loaders = types.ModuleType("loaders")
+        >>> from onnx_device_guard import patch
         >>> class CPUSession:
         ...     def get_providers(self):
         ...         return ["CPUExecutionProvider"]
         >>> class Model:
         ...     def __init__(self, device):
-        ...         self.session, self.device = CPUSession(), torch.device(device)
-        >>> def load(device="cuda"):
-        ...     return Model(device)
-        >>> loaders.load, loaders.Model = load, Model
-        >>> sys.modules["loaders"] = loaders
-        >>> from onnx_device_guard import patch
-        >>> with patch("loaders:load", fallback_device="cpu", warn=False):
+        ...         self.session, self.device = CPUSession(), device
+        >>> sys.modules["loaders"] = loaders = types.ModuleType("loaders")
+        >>> loaders.load = load = lambda device="cuda": Model(device)
+        >>> with patch("loaders:load", warn=False):
         ...     loaders.load().device
-        device(type='cpu')
+        'cpu'
         >>> loaders.load is load
         True
         >>> del sys.modules["loaders"]
@@ -173,11 +147,7 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
 
 
 def _check_installed(target: str, module: str) -> None:
-    """Refuse a target whose module cannot be found (the patch would wait forever).
-
-    Below the deepest package already imported, the next submodule is looked
-    up without importing anything; a package not imported at all, by name.
-    """
+    """Refuse a target whose module cannot be found, importing nothing: it would wait forever."""
     parts = module.split(".")
     imported = next((d for d in range(len(parts), 0, -1) if ".".join(parts[:d]) in sys.modules), 0)
     if imported == len(parts):
@@ -232,9 +202,6 @@ def _patch_of(value: object) -> _Installation | None:
 class Patch:
     """A handle on one [`patch`][onnx_device_guard.patch]: `undo()` it, or use it in `with`.
 
-    `patch` makes the handles; one target patched twice gives two handles on
-    one patch, which stays in place until both are undone.
-
     Args:
         installation: The patch this handle holds (made by `patch`).
         target: The target string given to `patch`.
@@ -245,15 +212,11 @@ class Patch:
     Examples:
         >>> import sys, types
         >>> from onnx_device_guard import patch
-        >>> module = types.ModuleType("plain")
-        >>> def load():
-        ...     return None
-        >>> module.load = load
-        >>> sys.modules["plain"] = module
-        >>> handle = patch("plain:load")
-        >>> handle.active, module.load is load
+        >>> sys.modules["plain"] = module = types.ModuleType("plain")
+        >>> module.load = load = lambda: None
+        >>> with patch("plain:load") as handle:
+        ...     handle.active, module.load is load
         (True, False)
-        >>> handle.undo()
         >>> handle.active, module.load is load
         (False, True)
         >>> del sys.modules["plain"]
@@ -271,17 +234,11 @@ class Patch:
 
     @property
     def active(self) -> bool:
-        """Whether this handle is not undone and its patch is in place.
-
-        It turns false when the module, executed again, no longer holds the
-        target (that import or reload raised `ModelInputError`).
-        """
+        """Whether this handle is not undone and its module still holds the target."""
         return not self._undone and not self._installation.lost
 
     def undo(self) -> None:
-        """Give up this handle; the last handle on a patch restores what it replaced.
-
-        Undoing a handle twice does nothing the second time.
+        """Give up this handle; the last one on a patch puts back what it replaced.
 
         Returns:
             None.
@@ -295,7 +252,8 @@ class Patch:
             >>> sys.modules["undone"] = module = types.ModuleType("undone")
             >>> module.load = load = lambda: None
             >>> handle = patch("undone:load")
-            >>> handle.undo(); handle.undo()
+            >>> handle.undo()
+            >>> handle.undo()  # a second time does nothing
             >>> module.load is load
             True
             >>> del sys.modules["undone"]
@@ -325,11 +283,7 @@ class Patch:
 
 @dataclass(eq=False)
 class _Installation:
-    """One target's patch: what it replaced, where, and how to put it back.
-
-    `cancelled` is set by the last `undo()` (models watched for it stop
-    following); `lost` when its module was executed again without the target.
-    """
+    """One target's patch; `cancelled` by the last `undo()`, `lost` if a re-run module lacks it."""
 
     target: str
     module_name: str
@@ -344,8 +298,7 @@ class _Installation:
     def on_import(self, module: types.ModuleType, again: bool = False) -> None:
         """Apply the patch to its module, loaded now or (`again`) executed again while patched.
 
-        On a reload, what the earlier application replaced stays replaced
-        (other modules may still hold it), and `undo()` restores both.
+        What an earlier application replaced stays replaced until `undo()`.
         """
         with _lock:
             if self.cancelled or self.lost or self.applied != again:
@@ -423,14 +376,7 @@ class _Installation:
 
 
 def _not_patchable(value: object) -> str | None:
-    """Why `value` cannot be patched, or `None` when it can (a class is checked elsewhere).
-
-    Python code can: a function (or a wrapt wrapper, which has its
-    `__code__`), a class or static method, a `functools.partial` or a C
-    wrapper (`functools.lru_cache`) around one, an instance of a class that
-    defines `__call__` in Python. A builtin or other C callable cannot: it is
-    shared by every module that imports it.
-    """
+    """Why `value` (not a class) cannot be patched: it is not Python code; `None` if it can."""
     function = value.__func__ if isinstance(value, classmethod | staticmethod) else value
     if isinstance(function, functools.partial):
         return _not_patchable(function.func)
