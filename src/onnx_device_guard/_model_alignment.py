@@ -12,7 +12,7 @@ import inspect
 import os
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import torch
@@ -108,15 +108,9 @@ class _Load:
     asked: Asked | None = None
     """What the call asked for, once read (a `device=` callable runs once per load)."""
 
-    def again(self, model: object, *change: object) -> torch.device | None:
-        """Align `model` again after a change of its sessions' providers (`change` unused)."""
-        return self.align(model)
-
     def born_later(self, model: object, session: object) -> torch.device | None:
         """Align `model`, which had no session at its load, with a session it opened now."""
-        later = _Load(
-            self.options, self.factory, self.call, self.origin, (*self.born, _reference(session))
-        )
+        later = replace(self, born=(*self.born, _reference(session)))
         return later.align(model, opened_later=True)
 
     def sessions(self, model: object) -> tuple[Sessions, tuple[str, ...], tuple[str, ...]]:
@@ -145,7 +139,9 @@ class _Load:
         if options.follow and self.made_with is None:  # a change is not followed again
             made_with = (mode, fallback, warn)
             later = _Load(options, factory, self.call, None, self.born, made_with, asked)
-            watch(model, sessions, later.again, key=id(options), origin=self.origin)
+            watch(
+                model, sessions, lambda m, *_: later.align(m), key=id(options), origin=self.origin
+            )
         checked = asking or sessions  # a session asked for the CPU alone runs there on purpose
         dropped = [b for b in births if b is not None and b.dropped]
         note = "; its session was opened after the load" if opened_later else ""
@@ -187,8 +183,9 @@ class _Load:
         if asked is None:
             asked = asked_devices(self.options.device, self.call, model, strict=not explained)
         checks: list[tuple[object, str]] = list(asked)
-        asking = [(name, s) for (name, s), b in zip(sessions, births, strict=True) if b and b.asked]
-        checks += [(_birth_device(s), f"the providers session {n!r} asked for") for n, s in asking]
+        asked_by = [(n, s, b) for (n, s), b in zip(sessions, births, strict=True) if b and b.asked]
+        asking = [(name, session) for name, session, _ in asked_by]
+        checks += [(b.device, f"the providers session {n!r} asked for") for n, _, b in asked_by]
         if attribute is not None:
             checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
         if not checks and not explained:
@@ -284,10 +281,6 @@ def _named(model: object, born: list[object]) -> Sessions:
         (name if names.count(name) == 1 else f"{name}#{number}", session)
         for number, (name, session) in enumerate(zip(names, born, strict=True))
     ]
-
-
-def _birth_device(session: object) -> str:
-    return cast(Birth, birth_of(session)).device or "cpu"
 
 
 def _packages(factory: object | None) -> tuple[str, ...]:
@@ -572,31 +565,27 @@ def realign(  # noqa: PLR0913 - one keyword per documented option
             session instead of raising.
 
     Returns:
-        The device the model's sessions can read (now on the model, if it
-        has a device attribute); `None` for a model without a session when
-        `require_session` is `False`.
+        The device the model's sessions can read (now on the model); `None`
+        for a model without a session when `require_session` is `False`.
 
     Raises:
-        ModelInputError: An option cannot be used, or the model's session or
-            device attribute holds an unusable value.
+        ModelInputError: An option, the model's session or its device
+            attribute holds an unusable value.
         DeviceGuardError: The model has no session or no device to check,
-            an attribute cannot be read, or the device attribute cannot be
-            written.
+            or an attribute cannot be read or written.
         EnvironmentConfigurationError: In `"fail"` mode, a session cannot
             read the model's device.
 
     Examples:
         A model whose session lost its GPU provider after it was built:
 
+        >>> from types import SimpleNamespace
         >>> from onnx_device_guard import realign
         >>> class Session:
         ...     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
         ...     def get_providers(self):
         ...         return self.providers
-        >>> class Model:
-        ...     def __init__(self):
-        ...         self.session, self.device = Session(), "cuda"
-        >>> model = Model()
+        >>> model = SimpleNamespace(session=Session(), device="cuda")
         >>> realign(model)
         device(type='cuda')
         >>> model.session.providers = ["CPUExecutionProvider"]
