@@ -170,9 +170,7 @@ class SessionWatch:
         return not self._undone
 
     def undo(self) -> None:
-        """End this watch; the last one to end puts onnxruntime's classes back.
-
-        Undoing a watch twice does nothing the second time.
+        """End this watch (once; again does nothing); the last to end puts onnxruntime back.
 
         Returns:
             None.
@@ -212,15 +210,14 @@ def watch_sessions(
     A session that asked for a GPU-capable provider and runs none of them
     is reported once (a `DeviceFallbackWarning` and a WARNING record), or
     raises in `"fail"` mode; a session born in a guarded load is the load's
-    to report. The oldest watch in force sets the options. The guide's
-    "Watching every session of a process" has the details.
+    to report. The oldest watch in force sets the options; those left at
+    `None` take the policy in force where the session is created. The
+    guide's "Watching every session of a process" has the details.
 
     Args:
-        resolution_mode: `"fail"` or `"fallback"`; `None` takes the policy
-            in force where the session is created.
-        fallback_device: Where a fallback's tensors belong, for the report;
-            `None` takes the policy's.
-        warn: `False` logs fallbacks at DEBUG only; `None` takes the policy's.
+        resolution_mode: `"fail"` or `"fallback"`.
+        fallback_device: Where a fallback's tensors belong, for the report.
+        warn: `False` logs fallbacks at DEBUG only.
 
     Returns:
         A [`SessionWatch`][onnx_device_guard.SessionWatch]: `undo()` it, or

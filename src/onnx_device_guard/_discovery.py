@@ -380,9 +380,8 @@ class DeviceAttribute:
     """How messages name it: `device`, or `backend.device` when the model forwards it."""
     value: object
     holder: object
-    """The object that really holds it (the model, or the inner object it forwards from)."""
+    """The model, or the inner object it forwards the attribute from."""
     name: str
-    """Its name on `holder`."""
 
 
 def find_device_attribute(

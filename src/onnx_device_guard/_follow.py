@@ -103,7 +103,7 @@ def watch(
     followed for this model now.
     """
     try:
-        reference = weakref.ref(model)
+        weakref.ref(model)
     except TypeError:
         _warn_once(
             _WARNED,
@@ -113,10 +113,9 @@ def watch(
             "would keep every model alive. Add '__weakref__' to __slots__. " + _AT_LOAD_ONLY,
         )
         return 0
-    del reference
     if origin is not None and origin.cancelled:
         return 0
-    session_class = _session_class()
+    session_class = getattr(sys.modules.get("onnxruntime"), "InferenceSession", None)
     followed = 0
     for session_name, session in sessions:
         if session_class is None or not isinstance(session, session_class):
@@ -126,9 +125,7 @@ def watch(
         with _LOCK:  # against stop_following: a load racing undo() leaves no watch
             if origin is not None and origin.cancelled:
                 return 0
-            followers = _FOLLOWED.get(session)
-            if followers is None:
-                followers = _FOLLOWED[session] = _Followers()
+            followers = _FOLLOWED.setdefault(session, _Followers())
             entry = (id(model), key)
             existing = followers.watches.get(entry)
             if existing is None or existing.model() is not model:  # new, or a dead model's id
@@ -150,11 +147,6 @@ def _forget(watches: dict[Hashable, _Watch], entry: Hashable, reference: object)
     watched = watches.get(entry)
     if watched is not None and watched.model is reference:
         watches.pop(entry, None)
-
-
-def _session_class() -> type | None:
-    """`onnxruntime.InferenceSession`, if onnxruntime is imported (else no session is one)."""
-    return getattr(sys.modules.get("onnxruntime"), "InferenceSession", None)
 
 
 def stop_following(origin: Origin) -> None:
