@@ -44,7 +44,6 @@ class Birth:
     device_id: int
     """The `device_id` asked of the first of them (0 when none was given)."""
     got: tuple[str, ...]
-    """The providers it runs."""
     reported: bool = False
     """Whether its fallback was reported already, so that no one reports it again."""
 

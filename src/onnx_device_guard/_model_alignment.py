@@ -559,10 +559,8 @@ def realign(  # noqa: PLR0913 - one keyword per documented option
         warn: As for `device_guard`; `None` takes the policy in force.
         session_attr: As for `device_guard`.
         device_attr: As for `device_guard`.
-        device: The device to check a model without a device attribute
-            against (there is no factory call to read one from).
-        require_session: `False` returns `None` for a model that holds no
-            session instead of raising.
+        device: The device to check a model without a device attribute against.
+        require_session: `False` returns `None` for a model without a session.
 
     Returns:
         The device the model's sessions can read (now on the model); `None`
