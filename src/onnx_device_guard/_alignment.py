@@ -168,26 +168,30 @@ def align_device_with_onnx_session(
     if mismatch is None:  # the common case, kept short
         return requested
     mode = mode or policy.resolution_mode
-    if mode == "fail":
-        raise EnvironmentConfigurationError(
-            f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
-        )
-    aligned: torch.device = mismatch.session_device or fallback or policy.fallback_device  # type: ignore[assignment]
-    _check_fallback(session, aligned, None)
+    aligned = _resolve(session, mismatch, mode, fallback or policy.fallback_device)  # type: ignore[arg-type]
     if policy.warn or logger.isEnabledFor(logging.DEBUG):
         report_fallback(Fallback(requested, aligned, (mismatch,)), policy.warn)  # type: ignore[arg-type]
     return aligned
 
 
-def _check_fallback(session: object, fallback: torch.device, name: str | None) -> None:
-    """Refuse a CUDA fallback device that `session` cannot read either (no silent mismatch)."""
-    if is_cuda(fallback) and (mismatch := find_mismatch(session, fallback)) is not None:
-        named = "" if name is None else f" {name!r}"
+def _resolve(
+    session: object, mismatch: Mismatch, mode: DeviceMismatchResolutionMode, fallback: torch.device
+) -> torch.device:
+    """Raise in `"fail"` mode; else the device to use, refusing a fallback `session` cannot read."""
+    if mode == "fail":
+        raise EnvironmentConfigurationError(
+            f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
+        )
+    if mismatch.session_device is not None:
+        return mismatch.session_device
+    if is_cuda(fallback) and (unread := find_mismatch(session, fallback)) is not None:
+        named = "" if mismatch.session_name is None else f" {mismatch.session_name!r}"
         raise EnvironmentConfigurationError(
             f"The session{named} cannot read the fallback device {str(fallback)!r} either: "
-            f"{mismatch.problem} Pick a fallback_device it reads, such as 'cpu'.",
-            help_url=mismatch.help_url,
+            f"{unread.problem} Pick a fallback_device it reads, such as 'cpu'.",
+            help_url=unread.help_url,
         )
+    return fallback
 
 
 def plan_alignment(
@@ -212,13 +216,7 @@ def plan_alignment(
         if mismatch is None:
             continue
         mismatch.session_name = label if several else None
-        if mode == "fail":
-            raise EnvironmentConfigurationError(
-                f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
-            )
-        aligned = fallback if mismatch.session_device is None else mismatch.session_device
-        if mismatch.session_device is None:
-            _check_fallback(session, fallback, label if several else None)
+        aligned = _resolve(session, mismatch, mode, fallback)
         mismatches.append(mismatch)
     if not mismatches:
         return aligned, None
