@@ -244,9 +244,7 @@ class Fallback:
     """A mismatch that `"fallback"` mode resolved, kept until it is reported."""
 
     requested: torch.device
-    """The device the model asked for."""
     aligned: torch.device
-    """The device the model gets instead."""
     mismatches: tuple[Mismatch, ...]
     """Each session that could not read the device, in the order they were checked."""
     disagreeing: tuple[str, ...] = ()
@@ -284,10 +282,8 @@ class Details:
     """Ends the message: which model, which factory, where the device came from."""
     outcome: str = ""
     """Says what became of the model, instead of "Using ... instead." (a read-only attribute)."""
-    factory: str | None = None
-    """The factory's qualified name, for `odg_factory`."""
-    device_attr: str | None = None
-    """The model's device attribute, for `odg_device_attr`."""
+    factory: str | None = None  # its qualified name, for `odg_factory`
+    device_attr: str | None = None  # for `odg_device_attr`
     packages: tuple[str, ...] = ()
     """Packages whose frames the warning skips: the patched loader's."""
 
@@ -385,13 +381,12 @@ def aligned_device(
             all read the fallback device.
 
     Examples:
-        >>> import torch
         >>> from onnx_device_guard import aligned_device
         >>> class CPUSession:
         ...     def get_providers(self):
         ...         return ["CPUExecutionProvider"]
         >>> with aligned_device(CPUSession(), "cuda:0", warn=False) as device:
-        ...     torch.zeros(2, device=device).device
+        ...     device
         device(type='cpu')
 
         A pipeline of three sessions needs one block, not three:
