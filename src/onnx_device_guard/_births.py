@@ -12,6 +12,7 @@ report a fallback.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -106,7 +107,7 @@ def await_births(model: object, check: Callable[[Any, object], object]) -> bool:
     """Check each session `model` opens later with `check`; `False` if it takes no weak ref."""
     key = id(model)
     try:
-        reference = weakref.ref(model, lambda _: _forget(key))
+        reference = weakref.ref(model, functools.partial(_forget, _PENDING, key))
     except TypeError:
         return False
     _PENDING[key] = (reference, check)
@@ -114,9 +115,14 @@ def await_births(model: object, check: Callable[[Any, object], object]) -> bool:
     return True
 
 
-def _forget(key: int) -> None:
-    """Drop a collected model that waited for its sessions; the last one may unhook."""
-    if _PENDING.pop(key, None) is not None and not _PENDING:
+def _forget(
+    pending: dict[int, Any], key: int, _: object, finalizing: Callable[[], bool] = sys.is_finalizing
+) -> None:
+    """Drop a collected model that waited for its sessions; the last one may unhook.
+
+    Everything it uses is bound here: at interpreter exit the module's globals are gone.
+    """
+    if pending.pop(key, None) is not None and not pending and not finalizing():
         _unhook_if_unused()
 
 
