@@ -417,27 +417,32 @@ def run_with_deadline(
 
     run_options = onnxruntime.RunOptions()
     done: list[InferenceCheck] = []
-    worker = threading.Thread(
-        target=lambda: done.append(run_inference(session, device, options, run_options)),
-        name="onnx-device-guard inference",
-        daemon=True,
-    )
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            done.append(run_inference(session, device, options, run_options))
+        except Exception as error:  # the doctor's own slip: say so, never a timeout
+            done.append(InferenceCheck("inconclusive", f"the doctor raised {_describe(error)}"))
+        finally:
+            finished.set()
+
+    # An Event, not Thread.join: Ctrl-C inside join() leaves the thread looking
+    # stopped before Python 3.13, and a later join returns at once.
     started = time.monotonic()
-    worker.start()
+    threading.Thread(target=work, name="onnx-device-guard inference", daemon=True).start()
     try:
-        while worker.is_alive() and time.monotonic() - started < options.timeout:
-            worker.join(0.1)
+        while not finished.wait(0.1) and time.monotonic() - started < options.timeout:
             if wait is not None:
                 wait(time.monotonic() - started)
     except BaseException:  # Ctrl-C: end the run before saying so
         run_options.terminate = True
-        worker.join(GRACE_SECONDS)
+        finished.wait(GRACE_SECONDS)
         raise
     if done:
         return done[0]
     run_options.terminate = True
-    worker.join(GRACE_SECONDS)
-    left = " (and it did not stop, so it was left running)" if worker.is_alive() else ""
+    left = "" if finished.wait(GRACE_SECONDS) else " (and it did not stop, so it was left running)"
     return InferenceCheck(
         "inconclusive",
         f"the test inference did not end within {options.timeout:g} seconds and was stopped{left}",

@@ -102,8 +102,8 @@ class Progress:
     def show(self, text: str) -> None:
         """Replace the progress line with `text` (cut to 79 characters)."""
         line = printable(text)
+        self._shown = True  # first: Ctrl-C during the write must still clear it
         self._write(f"\r\x1b[2K{line if len(line) <= 79 else line[:76] + '...'}")
-        self._shown = True
 
     def clear(self) -> None:
         """Remove the progress line, so the next output starts on a clean line."""
