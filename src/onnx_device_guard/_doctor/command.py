@@ -240,7 +240,8 @@ def check_names(plan: Plan) -> None:
 
 def _report(plan: Plan, progress: Progress) -> int:
     first, count = plan.targets[0], len(plan.targets)
-    if count == 1 and isinstance(first, ModelError):  # a folder without models
+    alone = count == 1 and not (plan.json and plan.many)  # JSON on a folder is always a list
+    if alone and isinstance(first, ModelError):  # a folder without models
         return _single_error(plan, first)
     if plan.many and not plan.json:
         _write(plan, render_machine(plan.check.env))
@@ -248,7 +249,7 @@ def _report(plan: Plan, progress: Progress) -> int:
     for number, target in enumerate(plan.targets, start=1):
         result = _check_one(plan, target, progress, f"[{number}/{count}] " if count > 1 else "")
         progress.clear()
-        if isinstance(result, ModelError) and count == 1:
+        if isinstance(result, ModelError) and alone:
             return _single_error(plan, result)
         results.append(result)
         if not plan.json:

@@ -25,7 +25,6 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 _COLOURS: Mapping[str, str] = {
     "OK": "32",  # green
@@ -43,6 +42,20 @@ PIPE_CLOSED = 141
 """The exit status when the reader of stdout went away (128 + SIGPIPE, as other tools give)."""
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def escaped(text: str) -> str:
+    """`text` with every control character, the newline too, written as `\\xNN`.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.terminal import escaped
+        >>> escaped("x\\x1b[2J\\nOK")
+        'x\\\\x1b[2J\\\\x0aOK'
+    """
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
 def printable(text: str) -> str:
     """`text` with every control character but the newline escaped, as `\\x1b`.
 
@@ -51,7 +64,7 @@ def printable(text: str) -> str:
         >>> printable("x\\x1b[2J\\x07 ok\\nnext")
         'x\\\\x1b[2J\\\\x07 ok\\nnext'
     """
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    return "\n".join(map(escaped, text.split("\n")))
 
 
 def colour_wanted(is_terminal: bool, environ: Mapping[str, str] | None = None) -> bool:
@@ -169,7 +182,7 @@ def say_error(line: str) -> None:
     if sys.stderr is None:
         return
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(printable(line).replace("\n", "\\x0a") + "\n")
+        sys.stderr.write(escaped(line) + "\n")
         sys.stderr.flush()
 
 
