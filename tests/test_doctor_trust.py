@@ -5,10 +5,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
+import onnxruntime
 import pytest
+import torch
+from onnx import TensorProto
 
+import onnx_device_guard
 from onnx_device_guard._cli import main
+from onnx_device_guard._doctor.inputs import InputOverride
+from onnx_device_guard._doctor.probe import InferenceOptions, run_inference
 
 from . import doctor_models
 
@@ -76,3 +83,100 @@ class TestJsonShape:
 
         assert code == 2
         assert [entry["verdict"] for entry in report] == ["error"]
+
+
+class TestVerdicts:
+    def test_a_bfloat16_input_is_skipped_not_blamed_on_the_model(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """NumPy has no bfloat16: the doctor says it cannot hand it over, and the run is skipped."""
+        model = doctor_models.static_input(tmp_path / "m.onnx", [1], TensorProto.BFLOAT16)
+
+        code, report = doctor_json(capsys, str(model), "--device", "cpu")
+
+        assert code == 0
+        assert report["inference"]["status"] == "skipped"
+        assert "NumPy has no such type" in report["inference"]["detail"]
+        assert "own operators" not in json.dumps(report)
+
+    @pytest.mark.parametrize(
+        ("element", "value"),
+        [(TensorProto.FLOAT, "1e39"), (TensorProto.INT64, str(2**63)), (TensorProto.INT64, "0.5")],
+        ids=["float32-overflow", "int64-overflow", "int64-fraction"],
+    )
+    def test_a_value_the_input_cannot_hold_is_bad_input(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], element: int, value: str
+    ) -> None:
+        """--input x=1:VALUE out of the input type's range: exit 2 and one line, not FAILED."""
+        model = doctor_models.static_input(tmp_path / "m.onnx", [1], element)
+
+        code = main(["doctor", str(model), "--device", "cpu", "--input", f"x=1:{value}"])
+        captured = capsys.readouterr()
+
+        assert code == 2
+        assert captured.err.count("\n") == 1
+        assert "holds float32, which cannot hold" in captured.err or "holds int64" in captured.err
+        assert captured.out == ""
+
+    @pytest.mark.parametrize("option", ["--dim", "--input"])
+    def test_a_size_of_401_digits_is_bad_input(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str
+    ) -> None:
+        """A dimension of 10**400: exit 2 and one line, no traceback and no timeout verdict."""
+        model = doctor_models.static_input(tmp_path / "m.onnx", ["n"])
+        value = "n=1" + "0" * 400 if option == "--dim" else "x=1" + "0" * 400
+
+        code = main(["doctor", str(model), "--device", "cpu", option, value])
+        captured = capsys.readouterr()
+
+        assert code == 2
+        assert captured.err.count("\n") == 1
+        assert "from 0 to 2147483647" in captured.err
+        assert captured.out == ""
+
+    def test_meta_is_skipped_with_the_reason(
+        self, tiny_model_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--device meta: the inference is skipped because meta tensors hold no data."""
+        code, report = doctor_json(capsys, str(tiny_model_path), "--device", "meta")
+
+        assert code == 0
+        assert report["inference"]["detail"] == (
+            "tensors on 'meta' hold no data, so nothing can run there"
+        )
+        assert report["inference"]["status"] == "skipped"
+
+    def test_a_meta_fallback_is_skipped_too(
+        self,
+        tiny_model_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """cuda on a CPU session with the fallback device meta: fallback, the inference skipped."""
+        monkeypatch.setenv("ONNX_DEVICE_GUARD_FALLBACK_DEVICE", "meta")
+
+        code, report = doctor_json(
+            capsys, str(tiny_model_path), "--device", "cuda", "--providers", "CPUExecutionProvider"
+        )
+
+        assert code == 0
+        assert report["aligned_device"] == "meta"
+        assert report["verdict"] == "fallback"
+        assert report["inference"]["status"] == "skipped"
+
+    def test_an_input_the_doctor_cannot_make_is_never_a_device_failure(self) -> None:
+        """A value torch refuses for the type is the doctor's, so the run is skipped, not failed."""
+        session = onnxruntime.InferenceSession(
+            onnx_device_guard.example_model(), providers=["CPUExecutionProvider"]
+        )
+        override = InputOverride("x", None, 1e39, "x=:1e39")
+
+        check = run_inference(session, torch.device("cpu"), InferenceOptions({"x": override}))
+
+        assert check.status == "skipped"
+        assert "cannot make its test inputs" in check.detail
+
+
+def doctor_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    code = main(["doctor", "--json", *argv])
+    return code, json.loads(capsys.readouterr().out)

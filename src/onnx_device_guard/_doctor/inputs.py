@@ -31,9 +31,12 @@ SEARCH_SECONDS = 20.0
 
 _TORCH_DTYPES: Mapping[str, torch.dtype] = {
     f"tensor({name})": getattr(torch, name)
-    for name in "float double float16 bfloat16 int8 int16 int32 int64 uint8 bool".split()  # noqa: SIM905
+    for name in "float double float16 int8 int16 int32 int64 uint8 bool".split()  # noqa: SIM905
 }
-"""onnxruntime's input types that torch can build, named as torch names them too."""
+"""onnxruntime's input types the doctor can build and hand over, named as torch names them.
+
+Not bfloat16: NumPy, through which `InferenceSession.run` takes its inputs, has no such type.
+"""
 
 Number = int | float | bool
 
@@ -133,7 +136,7 @@ def declared_inputs(session: Any) -> tuple[ModelInput, ...]:
         if dtype is None:
             raise UnbuildableInputError(
                 f"input {argument.name!r} has type {argument.type}, which the doctor cannot "
-                "build as a torch tensor"
+                "hand to onnxruntime (NumPy has no such type); the device answer stands"
             )
         dims = tuple(
             dim if (isinstance(dim, int) and dim >= 0) or (isinstance(dim, str) and dim) else None
@@ -167,15 +170,13 @@ def parse_input_option(text: str) -> InputOverride:
     shape_text, colon, value_text = (part.strip() for part in rest.partition(":"))
     shape: tuple[int, ...] | None = None if shape_text == "" else ()
     if shape_text not in ("", "[]"):
-        try:
-            shape = tuple(int(part) for part in re.split(r"[x,]", shape_text))
-        except ValueError:
-            shape = (-1,)
-        if any(dim < 0 for dim in shape):
+        sizes = [_size(part) for part in re.split(r"[x,]", shape_text)]
+        if None in sizes:
             raise ModelInputError(
-                f"--input {text!r}: the shape must be whole numbers of 0 or more joined by "
-                f"'x' (or [] for a scalar); {usage}"
+                f"--input {text!r}: the shape must be whole numbers from 0 to {MAX_SIZE} joined "
+                f"by 'x' (or [] for a scalar); {usage}"
             )
+        shape = tuple(size for size in sizes if size is not None)
     value = _parse_value(value_text, text) if colon else None
     if shape is None and value is None:
         raise ModelInputError(f"--input {text!r} gives neither a shape nor a value; {usage}")
@@ -196,6 +197,18 @@ def _parse_value(text: str, option: str) -> Number:
     )
 
 
+MAX_SIZE = 2**31 - 1
+"""The largest size `--dim` and `--input` take for one dimension."""
+
+
+def _size(text: str) -> int | None:
+    """A dimension's size from 0 to `MAX_SIZE`, or `None` for anything else."""
+    text = text.strip()
+    if not text.isdigit() or len(text) > len(str(MAX_SIZE)) or int(text) > MAX_SIZE:
+        return None
+    return int(text)
+
+
 def parse_dim_option(text: str) -> tuple[str, int]:
     """Return `--dim`'s `NAME=N`, or raise `ModelInputError`.
 
@@ -205,14 +218,11 @@ def parse_dim_option(text: str) -> tuple[str, int]:
         ('height', 64)
     """
     name, equals, size = text.partition("=")
-    try:
-        number = int(size)
-    except ValueError:
-        number = -1
-    if not equals or not name.strip() or number < 0:
+    number = _size(size)
+    if not equals or not name.strip() or number is None:
         raise ModelInputError(
             f"--dim {text!r}: use NAME=N with a named dynamic dimension of the model and a "
-            "size of 0 or more, as in --dim height=64"
+            f"size from 0 to {MAX_SIZE}, as in --dim height=64"
         )
     return name.strip(), number
 
@@ -259,11 +269,21 @@ def check_overrides(
                 f"--input {override.text!r} does not fit '{label}': its input {name!r} has "
                 f"shape {shown} (? is dynamic)"
             )
-        if isinstance(value, float) and not (dtype.is_floating_point or value.is_integer()):
+        if value is not None and not _fits(value, dtype):
             raise ModelInputError(
                 f"--input {override.text!r}: input {name!r} of '{label}' holds "
-                f"{str(dtype).removeprefix('torch.')}, not {value}"
+                f"{str(dtype).removeprefix('torch.')}, which cannot hold {value}"
             )
+
+
+def _fits(value: Number, dtype: torch.dtype) -> bool:
+    """Whether `value` is one `dtype` holds: a whole number in range for integers, finite."""
+    if isinstance(value, float) and not (dtype.is_floating_point or value.is_integer()):
+        return False
+    try:
+        return bool(torch.full((), value, dtype=dtype).isfinite())
+    except (RuntimeError, OverflowError):
+        return False
 
 
 def attempts(
@@ -342,8 +362,16 @@ def _batch_like(dim: str | None, axis: int, rank: int) -> bool:
 
 
 def make_tensors(specs: Sequence[InputSpec], device: torch.device) -> list[torch.Tensor]:
-    """Return a tensor for each of `specs` on `device`, filled with its value."""
-    return [torch.full(spec.shape, spec.value, dtype=spec.dtype, device=device) for spec in specs]
+    """Return a tensor for each of `specs` on `device`, filled with its value.
+
+    They are made on the CPU, then moved: a value that does not fit the type
+    raises `UnbuildableInputError`, and only the move can fail for the device.
+    """
+    try:
+        made = [torch.full(spec.shape, spec.value, dtype=spec.dtype) for spec in specs]
+    except (RuntimeError, ValueError, OverflowError) as error:
+        raise UnbuildableInputError(f"the doctor cannot make its test inputs: {error}") from None
+    return [tensor.to(device) for tensor in made]
 
 
 def mentioned_inputs(message: str, inputs: Sequence[ModelInput]) -> tuple[str, ...]:

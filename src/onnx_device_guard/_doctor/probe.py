@@ -465,6 +465,8 @@ def run_inference(
     refused by the model's own operators is `inconclusive`; inputs that cannot be
     read or built skip the run. `run_options.terminate` stops the search.
     """
+    if device.type == "meta":
+        return InferenceCheck("skipped", "tensors on 'meta' hold no data, so nothing can run there")
     try:
         inputs = declared_inputs(session)
     except UnbuildableInputError as error:
@@ -509,13 +511,17 @@ class _Run:
                 return InferenceCheck("ok", shown, attempts=len(tried))
             if failure[0] == "device":
                 return InferenceCheck("failed", f"{shown}: {failure[1]}", attempts=len(tried))
+            if failure[0] == "doctor":
+                return InferenceCheck("skipped", failure[1], attempts=len(tried))
             last_error = failure[1]
         return self.inconclusive(tried, last_error, inputs)
 
     def attempt(self, specs: Sequence[InputSpec]) -> tuple[str, str] | None:
-        """Run once; return None, or ("device" | "input", what went wrong)."""
+        """Run once; return None, or ("device" | "input" | "doctor", what went wrong)."""
         try:
             tensors = make_tensors(specs, self.device)
+        except UnbuildableInputError as error:
+            return "doctor", str(error)
         except Exception as error:
             return "device", f"creating the inputs on {self.device} raised {_describe(error)}"
         run = self.run_bound if self.device.type == "cuda" else self.run_numpy

@@ -25,7 +25,6 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-
 _COLOURS: Mapping[str, str] = {
     "OK": "32",  # green
     "FALLBACK": "33",  # yellow
