@@ -202,7 +202,7 @@ class TestInputOption:
         """1.5 cannot fill an int64 input."""
         inputs = [ModelInput("n", (), torch.int64)]
 
-        with pytest.raises(ModelInputError, match=r"holds int64, not 1\.5"):
+        with pytest.raises(ModelInputError, match=r"holds int64, which cannot hold 1\.5"):
             check_overrides(inputs, {"n": parse_input_option("n=:1.5")}, "m.onnx")
 
     def test_a_name_no_model_has_is_bad_input(
