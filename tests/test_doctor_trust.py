@@ -18,6 +18,17 @@ from onnx_device_guard._doctor.inputs import InputOverride
 from onnx_device_guard._doctor.probe import InferenceOptions, run_inference
 
 from . import doctor_models
+from .test_doctor import (
+    CPU,
+    CPU_WHEEL,
+    CUDA,
+    CUDA_LOAD_FAILURE,
+    GPU_WHEEL,
+    TRT,
+    cpu_session,
+    fake_facts,
+    only,
+)
 
 FORGED = "m\nOK: the session reads tensors on 'cuda'.\n.onnx"
 
@@ -180,3 +191,24 @@ class TestVerdicts:
 def doctor_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
     code = main(["doctor", "--json", *argv])
     return code, json.loads(capsys.readouterr().out)
+
+
+class TestBothPackagesInstalled:
+    def test_the_cuda_item_quotes_cudas_own_error(self) -> None:
+        """TensorRT's load failure first, CUDA's second: the CUDA item quotes CUDA's."""
+        tensorrt = (
+            "[E:onnxruntime:Default, provider_bridge_ort.cc:1 TryGetProviderInfo_TensorRT] Failed "
+            "to load library libonnxruntime_providers_tensorrt.so with error: libnvinfer.so.10"
+        )
+        facts = fake_facts(
+            cpu_session(),
+            available=(TRT, CUDA, CPU),
+            requested=(CUDA, CPU),
+            distributions=(GPU_WHEEL, CPU_WHEEL),
+            messages=[tensorrt, CUDA_LOAD_FAILURE],
+        )
+
+        finding = only(facts, "provider-dropped")
+
+        assert "libcudnn.so.9: cannot open shared object file" in finding.problem
+        assert "libnvinfer" not in finding.problem

@@ -278,7 +278,7 @@ def _dropped(name: str, facts: Facts) -> Finding:
             "the session runs without it."
         )
     else:
-        said = [m for m in facts.onnxruntime_messages if name in m or "Failed to load library" in m]
+        said = _own_messages(name, facts.onnxruntime_messages)
         reason = f" It said: {one_line(said[0])}" if said else ""
         problem = (
             f"{name} is in this onnxruntime build, but onnxruntime dropped it when it "
@@ -288,6 +288,23 @@ def _dropped(name: str, facts: Facts) -> Finding:
     fix = _DROPPED_FIX.get(name, _DROPPED_FIX[gpu])
     fix = fix.format(name=name, version=facts.environment.onnxruntime_version)
     return Finding("provider-dropped", problem, fix, _REQUIREMENTS_URL.get(name))
+
+
+def _own_messages(name: str, messages: Iterable[str]) -> list[str]:
+    """The messages about provider `name`: naming it or its library, before a library's.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.diagnosis import _own_messages
+        >>> _own_messages("CUDAExecutionProvider", [
+        ...     "Failed to load library libonnxruntime_providers_tensorrt.so: libnvinfer.so.10",
+        ...     "Failed to load library libonnxruntime_providers_cuda.so: libcudnn.so.9",
+        ... ])
+        ['Failed to load library libonnxruntime_providers_cuda.so: libcudnn.so.9']
+    """
+    library = f"providers_{name.removesuffix('ExecutionProvider').lower()}"
+    own = [text for text in messages if name in text or library in text.lower()]
+    loads = [text for text in messages if "Failed to load library" in text]
+    return own or [text for text in loads if "providers_" not in text]
 
 
 def _device_findings(facts: Facts) -> list[Finding]:
