@@ -562,6 +562,7 @@ class TestJsonReport:
         facts = fake_facts(cpu_session())
 
         assert list(render_json(facts, diagnose(facts), strict=False)) == [
+            "schema_version",
             "verdict",
             "summary",
             "exit_code",

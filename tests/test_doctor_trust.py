@@ -212,3 +212,30 @@ class TestBothPackagesInstalled:
 
         assert "libcudnn.so.9: cannot open shared object file" in finding.problem
         assert "libnvinfer" not in finding.problem
+
+
+class TestSchemaVersion:
+    def test_every_json_object_has_a_schema_version(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A checked model and an error object both start with schema_version 1."""
+        (tmp_path / "broken.onnx").write_text("not a model")
+        doctor_models.static_input(tmp_path / "good.onnx", [1])
+
+        main(["doctor", str(tmp_path), "--json", "--device", "cpu"])
+        report = json.loads(capsys.readouterr().out)
+
+        assert [next(iter(entry)) for entry in report] == ["schema_version"] * 2
+        assert {entry["schema_version"] for entry in report} == {1}
+
+
+class TestEmptySections:
+    def test_no_messages_heading_without_messages(
+        self, tiny_model_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A run where onnxruntime said nothing relevant has no messages heading, nor a count."""
+        main(["doctor", str(tiny_model_path), "--device", "cpu"])
+        out = capsys.readouterr().out
+
+        assert "What onnxruntime and torch said" not in out
+        assert "messages not about" not in out

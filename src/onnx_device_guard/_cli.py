@@ -12,6 +12,7 @@ doctor runs, so `--help` and `--version` answer at once.
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -71,9 +72,19 @@ fixes.
 class _Parser(argparse.ArgumentParser):
     """An `ArgumentParser` whose usage errors are one line, as the command promises."""
 
-    def error(self, message: str) -> NoReturn:
-        say_error(f"{self.prog}: error: {message} (see '{self.prog} --help')")
+    def error(self, message: str, prog: str | None = None) -> NoReturn:
+        say_error(f"{self.prog}: error: {message} (see '{prog or self.prog} --help')")
         raise SystemExit(2)
+
+    def refuse_unknown(self, unknown: Sequence[str], command: str) -> NoReturn:
+        """A usage error for `unknown` arguments, suggesting the closest option of `command`."""
+        [commands] = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        parser = commands.choices[command]
+        options = [option for action in parser._actions for option in action.option_strings]
+        close = difflib.get_close_matches(unknown[0].split("=")[0], options, n=1)
+        if unknown[0].startswith("-") and close:  # argparse before 3.14 suggests nothing
+            self.error(f"unknown option {unknown[0]!r}; did you mean {close[0]!r}?", parser.prog)
+        self.error(f"unrecognized arguments: {' '.join(unknown)}", parser.prog)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,7 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     occupy_closed_standard_streams()
     tolerate_unencodable_output()
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            parser.refuse_unknown(unknown, args.command)
         status: int = args.handler(args)
     except KeyboardInterrupt:
         say_error(f"{PROG}: interrupted")
@@ -97,7 +111,7 @@ def version() -> str:
         return "0+unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     """Return the parser of `onnx-device-guard` and its `doctor` command."""
     parser = _Parser(
         prog=PROG,

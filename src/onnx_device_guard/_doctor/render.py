@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sequence
 from .diagnosis import Finding, diagnose, exit_code, headline, verdict
 from .facts import Environment, Facts, ModelError, one_line
 
+SCHEMA_VERSION = 1
+"""The version of the JSON report's keys; it grows when a key changes or goes."""
+
 ROW_LIMIT = 2000
 """The most characters a fact's row shows; the rest is counted, not printed."""
 
@@ -48,13 +51,12 @@ def render_text(
         ]
     )
     messages = [*facts.onnxruntime_messages, *facts.environment.torch_messages]
-    if messages or facts.omitted_messages:
+    if messages:  # a section with nothing to say is left out
         lines += ["", "What onnxruntime and torch said:"]
         lines += [_wrap(one_line(message), indent=4, first="  - ") for message in messages]
-    if facts.omitted_messages:
-        more = "more" if messages else "messages"
+    if messages and facts.omitted_messages:
         lines.append(
-            f"  (and {facts.omitted_messages} {more} not about providers, devices or a failure)"
+            f"  (and {facts.omitted_messages} more not about providers, devices or a failure)"
         )
     lines += ["", _wrap(headline(facts))]
     if strict and facts.fell_back and verdict(facts) != "failed":
@@ -120,6 +122,7 @@ def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) ->
     }
     torch_messages = machine.pop("torch_messages")
     return {
+        "schema_version": SCHEMA_VERSION,
         "verdict": verdict(facts),
         "summary": headline(facts),
         "exit_code": exit_code(facts, strict=strict),
@@ -153,6 +156,7 @@ def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) ->
 def render_json_error(error: ModelError) -> dict[str, object]:
     """Return a model the doctor could not check as a JSON-ready object (verdict `error`)."""
     return {
+        "schema_version": SCHEMA_VERSION,
         "verdict": "error",
         "summary": f"ERROR: {error.message}",
         "exit_code": 2,
