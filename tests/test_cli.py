@@ -82,12 +82,12 @@ class TestDefaultRun:
         assert (code, err) == (0, "")
         assert "packaged tiny model" in out
         assert CPU in out
-        assert f"onnx-device-guard    {metadata.version('onnx-device-guard')}" in out
+        assert f"onnx-device-guard      {metadata.version('onnx-device-guard')}" in out
         assert "\nOK: the session reads tensors on 'cpu'." in out
 
     def test_json_has_the_documented_keys(self, capsys: pytest.CaptureFixture[str]) -> None:
         """--json prints one JSON object with the documented keys and types."""
-        code, report = doctor_json(capsys)
+        code, report = doctor_json(capsys, "--device", "cpu")
 
         assert code == 0
         assert isinstance(report["requested_device"], str)

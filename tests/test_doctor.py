@@ -576,6 +576,8 @@ class TestJsonReport:
             "onnxruntime_version",
             "installed_distributions",
             "available_providers",
+            "gpu",
+            "cuda_libraries_loaded",
             "requested_providers",
             "requested_provider_options",
             "session_providers",

@@ -260,7 +260,7 @@ class TestNoInference:
         """--no-inference: no run, no inconclusive verdict, no finding; exit 0."""
         model = str(doctor_models.seven_samples(tmp_path / "m.onnx"))
 
-        code, report = doctor_json(capsys, model, "--no-inference")
+        code, report = doctor_json(capsys, model, "--no-inference", "--device", "cpu")
 
         assert code == 0
         assert report["verdict"] == "ok"

@@ -18,6 +18,7 @@ from onnx_device_guard._doctor.inputs import InputOverride
 from onnx_device_guard._doctor.probe import InferenceOptions, run_inference
 
 from . import doctor_models
+from .sessions import cpu_session
 from .test_doctor import (
     CPU,
     CPU_WHEEL,
@@ -25,7 +26,6 @@ from .test_doctor import (
     CUDA_LOAD_FAILURE,
     GPU_WHEEL,
     TRT,
-    cpu_session,
     fake_facts,
     only,
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -28,6 +28,7 @@ from .diagnosis import EXIT_BAD_INPUT, exit_code, worst
 from .facts import Facts, ModelError, listed
 from .files import display_path, expand, is_directory
 from .inputs import DEFAULT_MAX_INPUT_MIB, check_overrides, parse_dim_option, parse_input_option
+from .machine import loaded_cuda_libraries
 from .probe import (
     MIB,
     TINY_MODEL,
@@ -39,13 +40,7 @@ from .probe import (
     environment,
     model_inputs,
 )
-from .render import (
-    render_any_json,
-    render_json_error,
-    render_machine,
-    render_section,
-    render_summary,
-)
+from .render import render_any_json, render_json_error, render_many, render_section
 from .terminal import (
     PREFIX,
     OutputError,
@@ -120,7 +115,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     default = torch.device("cuda" if env.torch_cuda_device_count else "cpu")
     fallback = cast(torch.device, settings.fallback_device)
     return Plan(
-        check=Check(ort, env, device or default, providers, fallback, options),
+        check=Check(ort, env, device or default, providers, fallback, options, device is None),
         targets=targets,
         many=len(args.models) > 1 or any(map(is_directory, args.models)),
         json=args.json,
@@ -243,8 +238,6 @@ def _report(plan: Plan, progress: Progress) -> int:
     alone = count == 1 and not (plan.json and plan.many)  # JSON on a folder is always a list
     if alone and isinstance(first, ModelError):  # a folder without models
         return _single_error(plan, first)
-    if plan.many and not plan.json:
-        _write(plan, render_machine(plan.check.env))
     results: list[Facts | ModelError] = []
     for number, target in enumerate(plan.targets, start=1):
         result = _check_one(plan, target, progress, f"[{number}/{count}] " if count > 1 else "")
@@ -252,14 +245,16 @@ def _report(plan: Plan, progress: Progress) -> int:
         if isinstance(result, ModelError) and alone:
             return _single_error(plan, result)
         results.append(result)
-        if not plan.json:
-            _write(plan, render_section(result, strict_by=plan.strict_by, many=plan.many))
+    env = replace(plan.check.env, cuda_libraries_loaded=loaded_cuda_libraries())
+    results = [replace(r, environment=env) if isinstance(r, Facts) else r for r in results]
     strict = plan.strict_by is not None
     if plan.json:
         documents = [render_any_json(result, strict=strict) for result in results]
         write_out(json.dumps(documents if plan.many else documents[0], indent=2) + "\n")
     elif plan.many:
-        _write(plan, f"\nSummary:\n{render_summary(results, strict=strict)}")
+        _write(plan, render_many(results, env, strict_by=plan.strict_by))
+    else:
+        _write(plan, render_section(results[0], strict_by=plan.strict_by))
     return worst(exit_code(result, strict=strict) for result in results)
 
 
@@ -269,7 +264,7 @@ def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> F
         return target
     shown = TINY_MODEL if target is None else display_path(target)
     if prefix:
-        progress.show(f"{prefix}checking {shown}")
+        progress.show(f"{prefix}checking ", shown)
 
     def waiting(seconds: float) -> None:
         if seconds >= 2:

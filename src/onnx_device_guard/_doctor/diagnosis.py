@@ -13,7 +13,7 @@ from typing import Literal
 
 from .._devices import cuda_index
 from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, first_gpu_provider
-from .facts import Facts, InferenceCheck, ModelError, Verdict, listed, one_line
+from .facts import Environment, Facts, InferenceCheck, ModelError, Verdict, listed, one_line
 
 CUDA_REQUIREMENTS_URL = (
     "https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements"
@@ -74,6 +74,7 @@ FindingKind = Literal[
     "torch-sees-no-cuda",
     "torch-device-index",
     "device-not-checked",
+    "cuda-not-checked",
     "inference-failed",
     "inference-inconclusive",
     "inference-skipped",
@@ -350,6 +351,8 @@ def _device_findings(facts: Facts) -> list[Finding]:
 def _torch_findings(facts: Facts) -> list[Finding]:
     env, device = facts.environment, str(facts.requested_device)
     count = env.torch_cuda_device_count
+    if facts.device_chosen and facts.requested_device.type == "cpu":
+        return [_cuda_not_checked(env)]
     if facts.requested_device.type != "cuda" or cuda_index(facts.requested_device) < count:
         return []
     if count == 0 and env.torch_gpu_build is None:
@@ -378,6 +381,17 @@ def _torch_findings(facts: Facts) -> list[Finding]:
     )
     fix = "Ask for one of those; CUDA_VISIBLE_DEVICES renumbers the GPUs a process sees from 0."
     return [Finding("torch-device-index", problem, fix)]
+
+
+def _cuda_not_checked(env: Environment) -> Finding:
+    """The bare doctor checked 'cpu' because torch sees no GPU: CUDA itself went unchecked."""
+    build = f"a {env.torch_gpu_build} build" if env.torch_gpu_build else "a CPU-only build"
+    problem = (
+        f"torch {env.torch_version} ({build}) sees no CUDA device, so the doctor checked 'cpu' "
+        "only: whether the model runs on CUDA was not checked."
+    )
+    fix = "Run again with `--device cuda` to check CUDA and see what stands in its way."
+    return Finding("cuda-not-checked", problem, fix)
 
 
 def _inference_findings(facts: Facts) -> list[Finding]:

@@ -14,6 +14,7 @@ from typing import Literal
 import torch
 
 from .._alignment import Mismatch
+from .machine import GPUFacts
 
 InferenceStatus = Literal["ok", "failed", "inconclusive", "skipped"]
 """How the test inference went.
@@ -78,6 +79,9 @@ class Environment:
     """What torch warned while looking for CUDA devices."""
     import_messages: tuple[str, ...] = ()
     """What onnxruntime said while it was imported."""
+    gpu: GPUFacts = field(default_factory=GPUFacts)
+    cuda_libraries_loaded: tuple[str, ...] = ()
+    """The CUDA libraries loaded once the models were checked (`machine.loaded_cuda_libraries`)."""
 
     @property
     def module_owners(self) -> tuple[InstalledDistribution, ...]:
@@ -115,6 +119,8 @@ class Facts:
     """onnxruntime's error when the first try to create the session failed and it retried."""
     seconds: float = 0.0
     """How long checking this model took, session and inference included."""
+    device_chosen: bool = False
+    """Whether the doctor chose the device, `--device` being left out."""
 
     @property
     def fell_back(self) -> bool:

@@ -55,6 +55,7 @@ from .inputs import (
     mentioned_inputs,
     named_by_a_person,
 )
+from .machine import gpu_facts
 
 TINY_MODEL = "packaged tiny model (y = x + 1)"
 """How the report names the model used when none is given."""
@@ -106,6 +107,8 @@ class Check:
     fallback: torch.device = field(default_factory=lambda: torch.device("cpu"))
     """The device a fallback goes to (`ONNX_DEVICE_GUARD_FALLBACK_DEVICE`, else cpu)."""
     options: InferenceOptions = field(default_factory=InferenceOptions)
+    device_chosen: bool = False
+    """Whether `device` is the doctor's choice, `--device` being left out."""
 
 
 GRACE_SECONDS = 5.0
@@ -138,6 +141,7 @@ def environment() -> tuple[Environment, Any]:
             available_providers=tuple(ort.get_available_providers()),
             torch_messages=tuple(one_line(warning.message, 500) for warning in caught),
             import_messages=on_import.messages(),
+            gpu=gpu_facts(ort),
         ),
         ort,
     )
@@ -176,6 +180,7 @@ def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) 
         omitted_messages=omitted,
         session_retry=on_creation.retry(),
         seconds=time.perf_counter() - started,
+        device_chosen=check.device_chosen,
     )
 
 

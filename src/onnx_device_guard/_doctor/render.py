@@ -8,8 +8,10 @@ section per model and a summary table.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
+import shutil
 import textwrap
 from collections.abc import Mapping, Sequence
 
@@ -22,7 +24,7 @@ SCHEMA_VERSION = 1
 ROW_LIMIT = 2000
 """The most characters a fact's row shows; the rest is counted, not printed."""
 
-_LABEL_WIDTH = len("requested providers") + 2
+_LABEL_WIDTH = len("CUDA libraries loaded") + 2
 
 
 def render_text(
@@ -66,16 +68,32 @@ def render_text(
         lines.append(
             _wrap(f"To get a conclusive answer, {again} or with inputs that fit (see below).")
         )
-    return "\n".join(lines + _diagnosis_lines(facts, findings))
+    heading = "Notes (the device needs no change):" if verdict(facts) == "ok" else "Diagnosis:"
+    return "\n".join(lines + _diagnosis_lines(findings, heading))
 
 
-def render_machine(env: Environment) -> str:
-    """Return the facts about Python, torch and onnxruntime, shown once above several models."""
-    return "\n".join(_rows(_machine_rows(env)))
+def render_many(
+    results: Sequence[Facts | ModelError], env: Environment, *, strict_by: str | None
+) -> str:
+    """Return the report on several models: the machine and what holds for all of them once,
+    then a section per model with what differs, then the summary table."""
+    checked = [diagnose(result) for result in results if isinstance(result, Facts)]
+    shared = [f for f in checked[0] if all(f in other for other in checked[1:])] if checked else []
+    shared = shared if len(checked) > 1 else []
+    parts = ["\n".join(_rows(_machine_rows(env)))]
+    if shared:
+        heading = "What holds for every model checked:"
+        parts.append("\n".join(_diagnosis_lines(shared, heading)))
+    parts += [render_section(result, strict_by=strict_by, skip=shared) for result in results]
+    parts.append(f"\nSummary:\n{render_summary(results, strict=strict_by is not None)}")
+    return "\n".join(parts)
 
 
-def render_section(result: Facts | ModelError, *, strict_by: str | None, many: bool) -> str:
-    """Return one model's text report, or its ERROR line; among `many`, under its name.
+def render_section(
+    result: Facts | ModelError, *, strict_by: str | None, skip: Sequence[Finding] | None = None
+) -> str:
+    """Return one model's text report, or its ERROR line; among several (`skip` given: the
+    findings said once above), under its name.
 
     `strict_by` names what made the run strict (`None`: it is not).
     """
@@ -83,12 +101,16 @@ def render_section(result: Facts | ModelError, *, strict_by: str | None, many: b
         lines = _rows([("model", result.model), ("seconds", f"{result.seconds:.2f}")])
         section = "\n".join([*lines, "", _wrap(f"ERROR: {result.message}")])
     else:
-        findings = diagnose(result)
+        findings = tuple(finding for finding in diagnose(result) if finding not in (skip or ()))
         strict = strict_by is not None
         section = render_text(
-            result, findings, strict=strict, machine=not many, strict_by=strict_by or "--strict"
+            result,
+            findings,
+            strict=strict,
+            machine=skip is None,
+            strict_by=strict_by or "--strict",
         )
-    return f"\n=== {result.model} ===\n{section}" if many else section
+    return section if skip is None else f"\n=== {result.model} ===\n{section}"
 
 
 def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> str:
@@ -115,11 +137,8 @@ def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> st
 
 def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) -> dict[str, object]:
     """Return the report as one JSON-ready object with the same facts as the text."""
-    machine = {
-        key: list(value) if isinstance(value, tuple) else value
-        for key, value in dataclasses.asdict(facts.environment).items()
-        if key != "import_messages"
-    }
+    machine = json.loads(json.dumps(dataclasses.asdict(facts.environment)))  # lists, not tuples
+    del machine["import_messages"]
     torch_messages = machine.pop("torch_messages")
     return {
         "schema_version": SCHEMA_VERSION,
@@ -177,7 +196,11 @@ def render_any_json(result: Facts | ModelError, *, strict: bool) -> dict[str, ob
 
 
 def _machine_rows(env: Environment) -> list[tuple[str, str]]:
+    gpu = env.gpu
     built = f"({env.torch_gpu_build})" if env.torch_gpu_build else "(CPU-only build)"
+    if gpu.torch_cudnn:
+        built = f"{built[:-1]}, cuDNN {gpu.torch_cudnn})"
+    ort_built = f" (built with {gpu.onnxruntime_build})" if gpu.onnxruntime_build else ""
     installed = ", ".join(
         str(dist) if dist.provides_module else f"{dist} (add-on)"
         for dist in env.installed_distributions
@@ -190,9 +213,16 @@ def _machine_rows(env: Environment) -> list[tuple[str, str]]:
             "torch",
             f"{env.torch_version} {built}, CUDA devices visible: {env.torch_cuda_device_count}",
         ),
-        ("onnxruntime", env.onnxruntime_version),
+        ("onnxruntime", env.onnxruntime_version + ort_built),
         ("installed", installed or "(pip lists no onnxruntime distribution)"),
         ("available providers", ", ".join(env.available_providers)),
+        ("GPUs", ", ".join(gpu.gpus) or "none (nvidia-smi lists none, or is not installed)"),
+        (
+            "CUDA_VISIBLE_DEVICES",
+            "(not set)" if gpu.cuda_visible_devices is None else repr(gpu.cuda_visible_devices),
+        ),
+        *[("CUDA libraries loaded", ", ".join(env.cuda_libraries_loaded))]
+        * bool(env.cuda_libraries_loaded),
     ]
 
 
@@ -215,12 +245,11 @@ def _provider_rows(facts: Facts) -> list[tuple[str, str]]:
     ]
 
 
-def _diagnosis_lines(facts: Facts, findings: tuple[Finding, ...]) -> list[str]:
-    """The numbered findings, each with its fix and link, under their heading."""
+def _diagnosis_lines(findings: Sequence[Finding], heading: str) -> list[str]:
+    """The numbered findings, each with its fix and link, under `heading`."""
     if not findings:
         return []
-    ok = verdict(facts) == "ok"
-    lines = ["", "Notes (the device needs no change):" if ok else "Diagnosis:"]
+    lines = ["", heading]
     for number, finding in enumerate(findings, start=1):
         lines.append(_wrap(finding.problem, indent=5, first=f"  {number}. "))
         lines.append(_wrap(f"Fix: {finding.fix}", indent=5, first="     "))
@@ -259,9 +288,10 @@ def _wrap(text: str, *, indent: int = 0, first: str = "") -> str:
     if not text.strip():
         return first.rstrip()
     text = re.sub(r"`[^`]+`", lambda span: span.group().replace(" ", "\u00a0"), text)
+    columns = shutil.get_terminal_size((88, 24)).columns  # 88 off a terminal
     filled = textwrap.fill(
         text,
-        width=max(88, indent + 40),
+        width=max(columns, indent + 20),
         initial_indent=first,
         subsequent_indent=" " * indent,
         break_long_words=False,

@@ -111,11 +111,21 @@ class Progress:
         """Whether anything is shown."""
         return self._descriptor is not None
 
-    def show(self, text: str) -> None:
-        """Replace the progress line with `text` (cut to 79 characters)."""
-        line = printable(text)
+    def show(self, text: str, tail: str = "") -> None:
+        """Replace the progress line with `text` then `tail`, fitted to the terminal's width.
+
+        What does not fit is cut from the left of `tail` (a path's end tells files apart).
+        """
+        try:
+            width = os.get_terminal_size(self._descriptor or 0).columns - 1
+        except OSError:
+            width = 79
+        text, tail = printable(text), printable(tail)
+        if len(text) + len(tail) > width:
+            room = max(width - len(text) - 3, 0)
+            tail = "..." + tail[len(tail) - room :] if room else ""
         self._shown = True  # first: Ctrl-C during the write must still clear it
-        self._write(f"\r\x1b[2K{line if len(line) <= 79 else line[:76] + '...'}")
+        self._write(f"\r\x1b[2K{(text + tail)[:width]}")
 
     def clear(self) -> None:
         """Remove the progress line, so the next output starts on a clean line."""
