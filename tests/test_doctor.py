@@ -1011,7 +1011,7 @@ class TestInference:
         check = run_inference(session, torch.device("cuda:0"))
 
         assert check.status == "inconclusive"
-        assert session.host_runs == check.attempts > 1
+        assert session.host_runs == check.attempts >= 1
 
     def test_a_run_that_works_from_host_arrays_is_a_device_failure(
         self, inputs_on_cpu: list[torch.Tensor]

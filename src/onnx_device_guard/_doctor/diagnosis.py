@@ -433,7 +433,7 @@ def _inconclusive_fix(check: InferenceCheck) -> str:
     )
     return (
         f"Give {named} a shape and value the model accepts: {options}, with the capitals filled "
-        f"in (as in `--input x=1x3x224x224` or `--input sr=:16000`); or {alone}"
+        f"in (as in `--input x=1x3x224x224`, `--input sr=:16000` or `--dim height=64`); or {alone}"
     )
 
 

@@ -50,10 +50,8 @@ from .inputs import (
     UnbuildableInputError,
     attempts,
     declared_inputs,
-    hint_for,
     make_tensors,
     mentioned_inputs,
-    named_by_a_person,
 )
 from .machine import gpu_facts
 
@@ -591,12 +589,10 @@ class _Run:
                 f"each of the {len(tried)} input sets tried, from {_shown(tried[0])} "
                 f"to {_shown(tried[-1])}"
             )
-        named = [model_input for model_input in inputs if model_input.name in culprits]
-        dims = [
-            f"--dim {dim}=N"
-            for model_input in named
-            for dim in dict.fromkeys(model_input.dims)
-            if isinstance(dim, str) and named_by_a_person(dim)
+        hints = [
+            f"--input {item.name}=:VALUE" if item.one_integer else f"--input {item.name}=SHAPE"
+            for item in inputs
+            if item.name in culprits
         ]
         return InferenceCheck(
             "inconclusive",
@@ -605,7 +601,7 @@ class _Run:
             culprits=culprits,
             suggestion=("--no-inference",),
             attempts=len(tried),
-            hints=(*map(hint_for, named), *dims),
+            hints=tuple(hints),
         )
 
 
