@@ -33,39 +33,29 @@ DEFAULT_TIMEOUT = 60
 
 EXIT_STATUS = """\
 environment:
-  ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail acts like --strict;
-  ONNX_DEVICE_GUARD_FALLBACK_DEVICE is the device a fallback goes to (default
-  cpu); a value the library refuses is bad input (exit status 2). NO_COLOR
-  turns colour off, FORCE_COLOR on where stdout is not a terminal.
+  ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail acts like --strict; a fallback goes to
+  ONNX_DEVICE_GUARD_FALLBACK_DEVICE (default cpu). NO_COLOR turns colour off,
+  FORCE_COLOR on off a terminal.
 
 exit status:
   (with several models, the first of 3, 1, 2, 4, 0 that any of them gives)
-    0  the session reads tensors on the requested device, or the device had
-       to be changed and the run was not strict
-    1  --strict (or ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail) and the device had
-       to be changed
-    2  bad input: a missing, unreadable or non-regular model path, a file that
-       is not an ONNX model, a device torch cannot parse, an unknown execution
-       provider or option, a bad environment variable, no usable onnxruntime,
-       or a report that cannot be written (one line on stderr; with --json, a
-       model that cannot be checked is also a JSON object on stdout)
+    0  the session reads tensors on the device asked for, or a fallback without --strict
+    1  --strict (or ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail) and the device had to change
+    2  bad input: a model, option or environment variable the doctor cannot use, no
+       usable onnxruntime, or a report that cannot be written (one line on stderr)
     3  the test inference failed on the device (the diagnosis says why)
-    4  inconclusive: the test inference could not run with the inputs tried,
-       or did not end within --timeout (the report says why and which option
-       helps); the device answer stands
+    4  inconclusive: the test inference could not run with the inputs tried, or did not
+       end within --timeout (the report says which option helps)
   130  interrupted (Ctrl-C)
   141  stdout was closed before the report was written (as in `doctor | head -0`)
 """
 
 DOCTOR_DESCRIPTION = """\
-Check that an onnxruntime session can read tensors on a torch device, and
-explain why not when it cannot. For each MODEL (files, or folders searched for
-*.onnx; default: a tiny model shipped with the package) the doctor creates a
-session with the requested execution providers, reads back the providers it
-really runs, aligns the device with align_device_with_onnx_session, runs a test
-inference on the aligned device (trying larger sizes for dynamic dimensions when
-the smallest do not fit), and reports what it found with the likely causes and
-fixes.
+Check that an onnxruntime session can read tensors on a torch device, and say why
+not when it cannot. For each MODEL (files, or folders searched for *.onnx; default: a
+tiny model shipped with the package) the doctor creates a session, reads back the
+providers it really runs, aligns the device as the library does, runs a test
+inference there, and reports the likely causes and fixes.
 """
 
 

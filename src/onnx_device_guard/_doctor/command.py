@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
@@ -46,7 +46,6 @@ from .terminal import (
     OutputError,
     Progress,
     colour_wanted,
-    is_terminal,
     paint,
     printable,
     say_error,
@@ -120,7 +119,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         many=len(args.models) > 1 or any(map(is_directory, args.models)),
         json=args.json,
         strict_by=strict_by,
-        colour=not args.json and colour_wanted(is_terminal(sys.stdout)),
+        colour=not args.json and colour_wanted(os.isatty(1)),
     )
 
 

@@ -99,25 +99,8 @@ class Finding:
 def diagnose(facts: Facts) -> tuple[Finding, ...]:
     """Return the causes and notes that explain `facts`, most fundamental first.
 
-    Examples:
-        >>> import torch
-        >>> from onnx_device_guard._doctor.diagnosis import diagnose
-        >>> from onnx_device_guard._doctor.facts import Environment, Facts, InferenceCheck
-        >>> machine = Environment(
-        ...     onnx_device_guard_version="0.1.0", python="3.11", torch_version="2.4.0",
-        ...     torch_gpu_build="CUDA 12.4", torch_cuda_device_count=1,
-        ...     onnxruntime_version="1.20.0", installed_distributions=(),
-        ...     available_providers=("CPUExecutionProvider",),
-        ... )
-        >>> facts = Facts(
-        ...     model="model.onnx", environment=machine,
-        ...     requested_providers=("CUDAExecutionProvider", "CPUExecutionProvider"),
-        ...     session_providers=("CPUExecutionProvider",),
-        ...     requested_device=torch.device("cuda"), aligned_device=torch.device("cpu"),
-        ...     inference=InferenceCheck("ok", "..."),
-        ... )
-        >>> [finding.kind for finding in diagnose(facts)]
-        ['provider-not-in-build']
+    The installed distributions, then each requested provider the session lost,
+    the device, torch, and the test inference (`tests/test_doctor.py` has examples).
     """
     available, running = set(facts.environment.available_providers), set(facts.session_providers)
     lost = [name for name in dict.fromkeys(facts.requested_providers) if name not in running]

@@ -25,9 +25,6 @@ SIZES = (1, 32, 224, 512)
 DEFAULT_MAX_INPUT_MIB = 256
 """The default cap on the total size of one attempt's inputs, in MiB."""
 
-SEARCH_SECONDS = 20.0
-"""No larger attempt starts once the search has run this long."""
-
 _TORCH_DTYPES: Mapping[str, torch.dtype] = {
     f"tensor({name})": getattr(torch, name)
     for name in "float double float16 int8 int16 int32 int64 uint8 bool".split()  # noqa: SIM905

@@ -1,18 +1,10 @@
 """What the command writes: the report on stdout, one-line errors on stderr, progress.
 
-A closed stdout pipe or a full disk becomes an exit status, never a traceback
-or Python's "Exception ignored" at exit; a closed stderr swallows errors rather
-than moving them to stdout; a closed descriptor 0, 1 or 2 is filled with
-/dev/null before a model file can take its number. Text the doctor did not
-write (input names, paths, onnxruntime's messages) could hold escapes that
-clear the screen or forge a verdict: `printable` escapes every control
-character but the newline, as the JSON report's escapes do.
-
-Colour marks the verdict words only, so the report stays plain text for a pipe,
-a file or a screen reader: on a terminal unless `NO_COLOR` is set (non-empty),
-off one when `FORCE_COLOR` is set, never with `--json`. Progress goes to stderr,
-only when it is a terminal. The standard library covers all of this; `rich`
-would cost a dependency and import time for tables and spinners unused here.
+Text the doctor did not write (paths, input names, onnxruntime's messages) is
+escaped, so it cannot drive the terminal or forge a line. A closed stdout is
+an exit status, never a traceback. Colour marks the verdict words only: on a
+terminal unless `NO_COLOR` is set, off one when `FORCE_COLOR` is, never with
+`--json`. Progress goes to stderr, when that is a terminal.
 """
 
 from __future__ import annotations
@@ -23,7 +15,6 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 _COLOURS: Mapping[str, str] = {
     "OK": "32",  # green
@@ -105,11 +96,6 @@ class Progress:
             with contextlib.suppress(OSError):
                 descriptor = os.dup(2) if os.isatty(2) else None
         self._descriptor = descriptor
-
-    @property
-    def enabled(self) -> bool:
-        """Whether anything is shown."""
-        return self._descriptor is not None
 
     def show(self, text: str, tail: str = "") -> None:
         """Replace the progress line with `text` then `tail`, fitted to the terminal's width.
@@ -218,11 +204,3 @@ def tolerate_unencodable_output() -> None:
         if isinstance(stream, io.TextIOWrapper):
             with contextlib.suppress(ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")
-
-
-def is_terminal(stream: Any) -> bool:
-    """Whether `stream` is a terminal; `False` for a closed or odd one."""
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
-        return False
