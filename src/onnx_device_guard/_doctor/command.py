@@ -1,12 +1,9 @@
 """The doctor's run, from the options typed to the exit status.
 
-First everything that can be checked before a model runs: the options,
-the library's environment variables, onnxruntime and the providers, and,
-when `--input` or `--dim` name inputs, those names against the models'
-real inputs. Then each model in turn: checked, diagnosed and written out
-(text, or JSON at the end), with progress on a terminal's stderr. An option
-the doctor refuses is one line on stderr and exit status 2 with nothing on
-stdout; with `--json`, a model that cannot be checked is still a JSON object.
+First what can be checked before a model runs (options, environment,
+providers, the names `--input` and `--dim` give); then each model, with
+progress on a terminal's stderr; then the report. A refused option is one
+line on stderr and exit status 2, with nothing on stdout.
 """
 
 from __future__ import annotations
@@ -133,9 +130,6 @@ def parse_device(text: str) -> torch.device:
         >>> from onnx_device_guard._doctor.command import parse_device
         >>> parse_device("cuda:1")
         device(type='cuda', index=1)
-        >>> parse_device("gpu")
-        Traceback (most recent call last):
-        onnx_device_guard.ModelInputError: --device 'gpu' is not a device torch understands; ...
         >>> parse_device("cuda:999")
         Traceback (most recent call last):
         onnx_device_guard.ModelInputError: --device='cuda:999' has device index 999, which ...

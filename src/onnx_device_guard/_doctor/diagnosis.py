@@ -150,11 +150,6 @@ def exit_code(facts: Facts | ModelError, *, strict: bool) -> int:
     3 when the inference failed on the device; 1 when `strict` and the
     device had to change; 4 when the inference was inconclusive; 2 for a
     model that is bad input (a `ModelError`).
-
-    Examples:
-        >>> from onnx_device_guard._doctor.diagnosis import EXIT_PRECEDENCE
-        >>> EXIT_PRECEDENCE
-        (3, 1, 2, 4, 0)
     """
     if isinstance(facts, ModelError):
         return EXIT_BAD_INPUT

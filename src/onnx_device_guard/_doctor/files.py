@@ -1,10 +1,8 @@
 """Finding the model files the user named, and refusing what is not one, without hanging.
 
-Every question to the file system is answered with a one-line
-`ModelInputError`, never a traceback or a read that never returns: a path
-that is too long, a folder without search permission, a FIFO or a device.
-A model file is opened once, without blocking, and checked as opened.
-Folders are walked without recursion, so no depth is too deep.
+What the file system refuses is a one-line `ModelInputError`, never a
+traceback or a read that never returns (a FIFO, a device). A model file is
+opened once, without blocking; folders are walked without recursion.
 """
 
 from __future__ import annotations

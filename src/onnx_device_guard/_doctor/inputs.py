@@ -215,8 +215,6 @@ def default_value(model_input: ModelInput) -> Number:
         16000
         >>> default_value(ModelInput("attention_mask", (None, None), torch.int64))
         1
-        >>> default_value(ModelInput("x", (1, None), torch.float32))
-        0
     """
     kind = "integer scalar" if model_input.one_integer else "tensor"
     kind = "bool" if model_input.dtype == torch.bool else kind

@@ -24,11 +24,9 @@ class GPUFacts:
     gpus: tuple[str, ...] = ()
     """Each GPU `nvidia-smi` lists, with its driver: `NVIDIA H200 (driver 550.54.15)`."""
     cuda_visible_devices: str | None = None
-    """`CUDA_VISIBLE_DEVICES` as set, `None` when unset."""
     torch_cudnn: str | None = None
-    """The cuDNN version torch loads, `None` for a build without it."""
     onnxruntime_build: str | None = None
-    """The CUDA and cuDNN versions onnxruntime was built with, as its build info says."""
+    """The CUDA and cuDNN versions onnxruntime was built with (its build info)."""
 
 
 def gpu_facts(ort: Any) -> GPUFacts:

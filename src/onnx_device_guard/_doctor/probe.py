@@ -2,9 +2,7 @@
 
 `environment` collects the machine's facts once; `check_model` creates one
 model's session, aligns the device through the core and runs the test
-inference. onnxruntime is imported inside the functions, never with the
-package. Bad input (a missing model, an unknown provider, no onnxruntime)
-raises `ModelInputError` with a one-line message.
+inference. Bad input raises `ModelInputError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -209,16 +207,6 @@ def align(
     A fallback goes to `fallback` (the library's `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`).
     Returns the aligned device and, when it differs from `device`, the core's
     explanation of the mismatch. Nothing is logged: the report says it all.
-
-    Examples:
-        >>> import torch
-        >>> from onnx_device_guard._doctor.probe import align
-        >>> class CPUSession:
-        ...     def get_providers(self):
-        ...         return ["CPUExecutionProvider"]
-        >>> aligned, mismatch = align(CPUSession(), torch.device("cuda:0"))
-        >>> aligned, mismatch.session_device
-        (device(type='cpu'), None)
     """
     with device_policy(warn=False):
         aligned = align_device_with_onnx_session(session, device, "fallback", fallback)
@@ -238,12 +226,10 @@ def import_onnxruntime() -> Any:
             raise ModelInputError(
                 f"onnxruntime is installed but cannot be imported: {one_line(error, 500)}"
             ) from None
-        owners = [dist for dist in onnxruntime_distributions() if dist.provides_module]
-        if owners:
+        if owners := [dist.name for dist in onnxruntime_distributions() if dist.provides_module]:
             raise ModelInputError(
-                f"the onnxruntime module cannot be imported although pip lists "
-                f"{', '.join(map(str, owners))}; reinstall it: pip install --force-reinstall "
-                + " ".join(dist.name for dist in owners)
+                f"the onnxruntime module cannot be imported although pip lists {', '.join(owners)}"
+                f"; reinstall it: pip install --force-reinstall {' '.join(owners)}"
             ) from None
         raise ModelInputError(
             "onnxruntime is not installed; install exactly one onnxruntime package: "
@@ -289,15 +275,6 @@ def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
     `known` is `onnxruntime.get_all_providers()`; the GPU-capable providers
     count as known too, since not every build lists them. The message suggests
     the closest known name.
-
-    Examples:
-        >>> from onnx_device_guard import ModelInputError
-        >>> from onnx_device_guard._doctor.probe import check_provider_names
-        >>> try:
-        ...     check_provider_names(["CUDAExecutonProvider"], ["CUDAExecutionProvider"])
-        ... except ModelInputError as error:
-        ...     print(error.message)
-        unknown execution provider 'CUDAExecutonProvider'; did you mean 'CUDAExecutionProvider'?
     """
     every = sorted({*known, *GPU_CAPABLE_EXECUTION_PROVIDERS})
     for name in names:
