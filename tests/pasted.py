@@ -30,7 +30,7 @@ def typed(block: str) -> str:
     for line in lines:
         if prompt.match(line) or (kept and not repl and kept[-1].endswith("\\")):
             kept.append(prompt.sub("", line))
-    return "\n".join(kept)
+    return "\n".join(kept).rstrip()  # as the copy button gives it
 
 
 def repl_error(text: str) -> str | None:
