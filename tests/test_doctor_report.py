@@ -95,11 +95,11 @@ class TestGpuFacts:
         main(["doctor", "--device", "cpu"])
         out = capsys.readouterr().out
 
-        assert report["gpu"]["gpus"] == [
+        assert report["gpus"] == [
             "NVIDIA H200 (driver 550.54.15)",
             "NVIDIA A10 (driver 550.54.15)",
         ]
-        assert report["gpu"]["cuda_visible_devices"] == "1"
+        assert report["cuda_visible_devices"] == "1"
         assert "NVIDIA H200 (driver 550.54.15), NVIDIA A10" in out
         assert "CUDA_VISIBLE_DEVICES   '1'" in out
 
@@ -109,7 +109,7 @@ class TestGpuFacts:
 
         monkeypatch.setenv("PATH", "/nonexistent")
 
-        assert gpu_facts(onnxruntime).gpus == ()
+        assert gpu_facts(onnxruntime)["gpus"] == ()
 
     def test_onnxruntimes_cuda_build_is_read_from_its_build_info(self) -> None:
         """onnxruntime's build info gives the CUDA and cuDNN it was built with."""
@@ -124,7 +124,7 @@ class TestGpuFacts:
         class Ort:
             capi = Capi
 
-        assert gpu_facts(Ort).onnxruntime_build == "CUDA 12.4, cuDNN 9.1"
+        assert gpu_facts(Ort)["onnxruntime_build"] == "CUDA 12.4, cuDNN 9.1"
 
     def test_loaded_libraries_are_read_from_the_process_maps(self, tmp_path: Path) -> None:
         """The CUDA libraries mapped into the process, each once, by file name."""

@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
-from ._doctor.terminal import occupy_closed_standard_streams, say_error, tolerate_unencodable_output
+from ._doctor.terminal import say_error, tolerate_unencodable_output
 
 PROG = "onnx-device-guard"
 
@@ -79,7 +79,6 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default `sys.argv[1:]`); return the exit status."""
-    occupy_closed_standard_streams()
     tolerate_unencodable_output()
     try:
         parser = build_parser()

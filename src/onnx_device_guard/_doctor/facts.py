@@ -14,7 +14,6 @@ from typing import Literal
 import torch
 
 from .._alignment import Mismatch
-from .machine import GPUFacts
 
 InferenceStatus = Literal["ok", "failed", "inconclusive", "skipped"]
 """How the test inference went.
@@ -79,7 +78,11 @@ class Environment:
     """What torch warned while looking for CUDA devices."""
     import_messages: tuple[str, ...] = ()
     """What onnxruntime said while it was imported."""
-    gpu: GPUFacts = field(default_factory=GPUFacts)
+    gpus: tuple[str, ...] = ()
+    cuda_visible_devices: str | None = None
+    torch_cudnn: str | None = None
+    onnxruntime_build: str | None = None
+    """The GPU facts (`machine.gpu_facts`)."""
     cuda_libraries_loaded: tuple[str, ...] = ()
     """The CUDA libraries loaded once the models were checked (`machine.loaded_cuda_libraries`)."""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,20 +16,12 @@ import torch
 _LIBRARY = re.compile(r"/(lib(?:cudart|cudnn|cublas|cublasLt|nvinfer)\.so[.\d]*)$")
 
 
-@dataclass(frozen=True)
-class GPUFacts:
-    """What the machine says about its GPUs and the CUDA builds of torch and onnxruntime."""
+def gpu_facts(ort: Any) -> dict[str, Any]:
+    """The GPU facts, as `Environment`'s fields; onnxruntime's build info is read from `ort`.
 
-    gpus: tuple[str, ...] = ()
-    """Each GPU `nvidia-smi` lists, with its driver: `NVIDIA H200 (driver 550.54.15)`."""
-    cuda_visible_devices: str | None = None
-    torch_cudnn: str | None = None
-    onnxruntime_build: str | None = None
-    """The CUDA and cuDNN versions onnxruntime was built with (its build info)."""
-
-
-def gpu_facts(ort: Any) -> GPUFacts:
-    """Read the GPU facts; onnxruntime's build info comes from `ort`, the module imported."""
+    `gpus`: each GPU `nvidia-smi` lists, with its driver; `onnxruntime_build`: the
+    CUDA and cuDNN versions onnxruntime was built with (its build info).
+    """
     build = getattr(getattr(ort, "capi", None), "build_and_package_info", None)
     built = [
         f"{label} {version}"
@@ -38,12 +29,12 @@ def gpu_facts(ort: Any) -> GPUFacts:
         if (version := getattr(build, key, None))
     ]
     cudnn = torch.backends.cudnn.version() if torch.version.cuda else None  # type: ignore[no-untyped-call]
-    return GPUFacts(
-        gpus=tuple(_nvidia_smi()),
-        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        torch_cudnn=None if cudnn is None else str(cudnn),
-        onnxruntime_build=", ".join(built) or None,
-    )
+    return {
+        "gpus": tuple(_nvidia_smi()),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "torch_cudnn": None if cudnn is None else str(cudnn),
+        "onnxruntime_build": ", ".join(built) or None,
+    }
 
 
 def _nvidia_smi() -> list[str]:

@@ -60,14 +60,6 @@ ProviderSpec = tuple[str, Mapping[str, str]]
 
 MIB = 2**20
 
-# Short names people type for providers, beyond "cuda" for CUDAExecutionProvider.
-_ALIASES: Mapping[str, str] = {
-    "gpu": "CUDAExecutionProvider",
-    "trt": "TensorrtExecutionProvider",
-    "directml": "DmlExecutionProvider",
-    "rocm": "ROCMExecutionProvider",
-}
-
 # Add-ons named "onnxruntime-*" that do not hold the onnxruntime module.
 _ADD_ONS = ("extensions", "genai", "tools", "ep-")
 
@@ -136,7 +128,7 @@ def environment() -> tuple[Environment, Any]:
             available_providers=tuple(ort.get_available_providers()),
             torch_messages=tuple(one_line(warning.message, 500) for warning in caught),
             import_messages=on_import.messages(),
-            gpu=gpu_facts(ort),
+            **gpu_facts(ort),
         ),
         ort,
     )
@@ -288,8 +280,7 @@ def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
 def suggest_provider(name: str, known: Iterable[str]) -> str | None:
     """Return the known provider name closest to `name`, or `None` if none is close.
 
-    Case, the `ExecutionProvider` suffix and a few common short names
-    (`cuda`, `gpu`, `trt`, `directml`) are forgiven before spelling.
+    Case and the `ExecutionProvider` suffix (`cuda`) are forgiven before spelling.
 
     Examples:
         >>> from onnx_device_guard._doctor.probe import suggest_provider
@@ -303,7 +294,6 @@ def suggest_provider(name: str, known: Iterable[str]) -> str | None:
     """
     by_key = {provider.lower(): provider for provider in known}
     forgiven = {
-        **{alias: real for alias, real in _ALIASES.items() if real.lower() in by_key},
         **{key.removesuffix("executionprovider"): real for key, real in by_key.items()},
         **by_key,
     }
@@ -378,12 +368,8 @@ WaitHook = Callable[[float], None]
 def run_with_deadline(
     session: Any, device: torch.device, options: InferenceOptions, wait: WaitHook | None = None
 ) -> InferenceCheck:
-    """`run_inference` bounded by `options.timeout` seconds, stopped by Ctrl-C too.
-
-    It runs in a worker thread while this one waits in short joins, so Ctrl-C
-    is heard at once. Both set `RunOptions.terminate`, which onnxruntime checks
-    between operators (inside a `Loop` too); Ctrl-C is raised again, and a run
-    past the deadline is inconclusive.
+    """`run_inference` in a worker thread, stopped (`RunOptions.terminate`, checked between
+    operators) at `options.timeout` seconds, inconclusive then, or at Ctrl-C, raised again.
     """
     if not options.run:
         return InferenceCheck("skipped", "not run (--no-inference)")
@@ -432,12 +418,8 @@ def run_inference(
 ) -> InferenceCheck:
     """Run the session on `device` with inputs that fit, searching if need be; never raise.
 
-    On CUDA the session reads torch's tensors in place (IO binding), as a model
-    would; elsewhere `session.run` gets NumPy copies. The first attempt that
-    completes is `ok`; a failure on the device (making or binding the tensors,
-    or a run that completes from NumPy arrays only) is `failed`; every input set
-    refused by the model's own operators is `inconclusive`; inputs that cannot be
-    read or built skip the run. `run_options.terminate` stops the search.
+    On CUDA the session reads torch's tensors in place (IO binding), as a model would;
+    elsewhere `session.run` gets NumPy copies. Only a failure on the device is `failed`.
     """
     if device.type == "meta":
         return InferenceCheck("skipped", "tensors on 'meta' hold no data, so nothing can run there")

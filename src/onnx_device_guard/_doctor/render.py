@@ -196,11 +196,10 @@ def render_any_json(result: Facts | ModelError, *, strict: bool) -> dict[str, ob
 
 
 def _machine_rows(env: Environment) -> list[tuple[str, str]]:
-    gpu = env.gpu
     built = f"({env.torch_gpu_build})" if env.torch_gpu_build else "(CPU-only build)"
-    if gpu.torch_cudnn:
-        built = f"{built[:-1]}, cuDNN {gpu.torch_cudnn})"
-    ort_built = f" (built with {gpu.onnxruntime_build})" if gpu.onnxruntime_build else ""
+    if env.torch_cudnn:
+        built = f"{built[:-1]}, cuDNN {env.torch_cudnn})"
+    ort_built = f" (built with {env.onnxruntime_build})" if env.onnxruntime_build else ""
     installed = ", ".join(
         str(dist) if dist.provides_module else f"{dist} (add-on)"
         for dist in env.installed_distributions
@@ -216,10 +215,10 @@ def _machine_rows(env: Environment) -> list[tuple[str, str]]:
         ("onnxruntime", env.onnxruntime_version + ort_built),
         ("installed", installed or "(pip lists no onnxruntime distribution)"),
         ("available providers", ", ".join(env.available_providers)),
-        ("GPUs", ", ".join(gpu.gpus) or "none (nvidia-smi lists none, or is not installed)"),
+        ("GPUs", ", ".join(env.gpus) or "none (nvidia-smi lists none, or is not installed)"),
         (
             "CUDA_VISIBLE_DEVICES",
-            "(not set)" if gpu.cuda_visible_devices is None else repr(gpu.cuda_visible_devices),
+            "(not set)" if env.cuda_visible_devices is None else repr(env.cuda_visible_devices),
         ),
         *[("CUDA libraries loaded", ", ".join(env.cuda_libraries_loaded))]
         * bool(env.cuda_libraries_loaded),

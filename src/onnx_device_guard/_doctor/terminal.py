@@ -181,23 +181,6 @@ def say_error(line: str) -> None:
         sys.stderr.flush()
 
 
-def occupy_closed_standard_streams() -> None:
-    """Open /dev/null on a closed file descriptor 0, 1 or 2.
-
-    Otherwise the next file opened (a model, onnxruntime's log) would get
-    that number, and native writes to "stderr" would land in it.
-    """
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                opened = os.open(os.devnull, os.O_RDWR)
-                if opened != fd:
-                    os.dup2(opened, fd)
-                    os.close(opened)
-
-
 def tolerate_unencodable_output() -> None:
     """Let stdout and stderr print any path: what their encoding lacks becomes `\\xNN`."""
     for stream in (sys.stdout, sys.stderr):
