@@ -153,18 +153,11 @@ _STATUS_PREFIX = re.compile(r"\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 def tidy_error(text: str) -> str:
     """Drop the C++ source locations, signatures and status prefix from onnxruntime's errors.
 
-    What is left is what onnxruntime has to say, which is at the end.
-
     Examples:
         >>> from onnx_device_guard._doctor.facts import tidy_error
-        >>> tidy_error(
-        ...     "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running "
-        ...     "Reshape node. Name:'' Status Message: /src/reshape_helper.h:91 "
-        ...     "onnxruntime::ReshapeHelper::ReshapeHelper(const onnxruntime::TensorShape&, bool) "
-        ...     "The input tensor cannot be reshaped."
-        ... )
-        "Non-zero status code returned while running Reshape node. Name:''
-        Status Message: The input tensor cannot be reshaped."
+        >>> tidy_error("[ONNXRuntimeError] : 1 : FAIL : Status Message: /src/reshape_helper.h:91 "
+        ...            "onnxruntime::Reshape::Reshape(const Shape&, bool) Cannot be reshaped.")
+        'Status Message: Cannot be reshaped.'
     """
     return _STATUS_PREFIX.sub("", _CPP_LOCATION.sub("", text))
 

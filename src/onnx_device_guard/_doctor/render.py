@@ -31,15 +31,13 @@ def render_text(
     facts: Facts,
     findings: tuple[Finding, ...],
     *,
-    strict: bool,
+    strict_by: str | None,
     machine: bool = True,
-    strict_by: str = "--strict",
 ) -> str:
     """Return the report a person reads: aligned facts, the verdict, numbered fixes.
 
-    `machine=False` leaves out the facts about Python, torch and onnxruntime,
-    for a report that shows them once above several models. `strict_by`
-    names what made the run strict (the option, or the environment).
+    `strict_by` names what made the run strict (the option, the environment; `None`:
+    it is not). `machine=False` leaves out the machine's facts, said once above.
     """
     lines = _rows(
         [
@@ -61,7 +59,7 @@ def render_text(
             f"  (and {facts.omitted_messages} more not about providers, devices or a failure)"
         )
     lines += ["", _wrap(headline(facts))]
-    if strict and facts.fell_back and verdict(facts) != "failed":
+    if strict_by and facts.fell_back and verdict(facts) != "failed":
         lines.append(f"{strict_by}: the device had to be changed, so the exit status is 1.")
     if facts.inference.suggestion:
         again = f"run again with `{' '.join(facts.inference.suggestion)}`"
@@ -102,14 +100,7 @@ def render_section(
         section = "\n".join([*lines, "", _wrap(f"ERROR: {result.message}")])
     else:
         findings = tuple(finding for finding in diagnose(result) if finding not in (skip or ()))
-        strict = strict_by is not None
-        section = render_text(
-            result,
-            findings,
-            strict=strict,
-            machine=skip is None,
-            strict_by=strict_by or "--strict",
-        )
+        section = render_text(result, findings, strict_by=strict_by, machine=skip is None)
     return section if skip is None else f"\n=== {result.model} ===\n{section}"
 
 
