@@ -24,7 +24,7 @@ def blocks(page: Path) -> Iterator[str]:
 
 def typed(block: str) -> str:
     """The lines a person types: after each prompt, and a shell line's continuations."""
-    lines, kept = block.rstrip("\n").split("\n"), []
+    lines, kept = block.rstrip("\n").split("\n"), list[str]()
     repl = block.lstrip().startswith(">>> ")
     prompt = re.compile(r"^(>>> |\.\.\. |\.\.\.$)" if repl else r"^\$ ")
     for line in lines:

@@ -62,7 +62,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def served(site: Path) -> Iterator[str]:
     """The site served on 127.0.0.1; its base address."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    handler.log_message = lambda *args: None  # type: ignore[attr-defined, method-assign]
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
