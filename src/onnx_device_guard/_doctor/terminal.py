@@ -36,13 +36,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def escaped(text: str) -> str:
-    """`text` with every control character, the newline too, written as `\\xNN`.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.terminal import escaped
-        >>> escaped("x\\x1b[2J\\nOK")
-        'x\\\\x1b[2J\\\\x0aOK'
-    """
+    """`text` with every control character, the newline too, written as `\\xNN` (one line)."""
     return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
