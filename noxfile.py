@@ -1,4 +1,4 @@
-"""Development sessions: ``nox`` runs the defaults, ``nox -l`` lists them all."""
+"""Development sessions: ``nox`` runs the light defaults, ``nox -l`` lists them all."""
 
 from __future__ import annotations
 
@@ -78,33 +78,25 @@ def _on_path(python: str) -> bool:
         return False
 
 
-def _default_test_pythons() -> list[str]:
-    """The Pythons that plain `nox` tests on.
+def _default_test_python() -> str:
+    """The one Python that plain `nox` tests on: the main one, else the first supported here.
 
-    CI demands the main and the newest Python. Elsewhere plain `nox` tests on
-    those of them this machine has, or else on the first supported one it
-    has, so `pip install nox && nox` passes wherever one supported Python is.
+    CI demands the main Python here and the newest in `HEAVY_SESSIONS`; a
+    contributor's machine may have only one, which is then enough.
     """
-    wanted = [MAIN_PYTHON, NEWEST_PYTHON]
-    if CI:
-        return wanted
-    found = [python for python in wanted if _on_path(python)]
-    return found or [python for python in PYTHONS if _on_path(python)][:1] or [MAIN_PYTHON]
+    if CI or _on_path(MAIN_PYTHON):
+        return MAIN_PYTHON
+    return next((python for python in PYTHONS if _on_path(python)), MAIN_PYTHON)
 
 
 # The tool sessions run on the main Python where there is one, else on the
 # Python that runs nox (a supported one, as CONTRIBUTING.md asks).
 TOOLS_PYTHON: str | None = MAIN_PYTHON if CI or _on_path(MAIN_PYTHON) else None
 
-nox.options.sessions = [
-    *(f"tests-{python}" for python in _default_test_pythons()),
-    "lint",
-    "typecheck",
-    "docs",
-    "distributed",
-    "realworld",
-    "realworld_ultralytics",
-]
+# Plain `nox`: a few minutes and a few GB. The heavy sessions (another Python's
+# torch, real packages, Ray and Dask) are named; `.ci/run` runs them after it.
+nox.options.sessions = [f"tests-{_default_test_python()}", "lint", "typecheck", "docs"]
+HEAVY_SESSIONS = [f"tests-{NEWEST_PYTHON}", "distributed", "realworld", "realworld_ultralytics"]
 
 # The tool sessions that need torch share this one virtualenv instead of
 # holding a copy of torch each (about 1 GB apiece): nox creates none for them
@@ -162,6 +154,8 @@ def tests(session: nox.Session) -> None:
     """Run the test suite, docstring and documentation examples included."""
     install_project(session, "test")
     session.run("pytest", *session.posargs)
+    if not CI and session.python != NEWEST_PYTHON:
+        session.log(f"CI also runs the heavy sessions: nox -s {' '.join(HEAVY_SESSIONS)}")
 
 
 @nox.session(python=TOOLS_PYTHON)

@@ -122,13 +122,13 @@ def seven_samples(path: Path) -> Path:
     return _save(graph, path)
 
 
-def static_input(path: Path, shape: list[int]) -> Path:
-    """An identity on a float input of a fixed `shape` (a few dozen bytes for any shape)."""
+def static_input(path: Path, shape: list[int | str], element: int = TensorProto.FLOAT) -> Path:
+    """An identity on an input of a fixed `shape` and type (a few dozen bytes for any shape)."""
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],
         "static_input",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("x", element, shape)],
+        [helper.make_tensor_value_info("y", element, shape)],
     )
     return _save(graph, path)
 

@@ -82,12 +82,12 @@ class TestDefaultRun:
         assert (code, err) == (0, "")
         assert "packaged tiny model" in out
         assert CPU in out
-        assert f"onnx-device-guard    {metadata.version('onnx-device-guard')}" in out
+        assert f"onnx-device-guard      {metadata.version('onnx-device-guard')}" in out
         assert "\nOK: the session reads tensors on 'cpu'." in out
 
     def test_json_has_the_documented_keys(self, capsys: pytest.CaptureFixture[str]) -> None:
         """--json prints one JSON object with the documented keys and types."""
-        code, report = doctor_json(capsys)
+        code, report = doctor_json(capsys, "--device", "cpu")
 
         assert code == 0
         assert isinstance(report["requested_device"], str)
@@ -388,3 +388,31 @@ class TestStandardOutput:
 
         assert code == 0
         assert b"mod\\xe8le.onnx" in raw.getvalue()
+
+
+class TestMisspeltOption:
+    @pytest.mark.parametrize(
+        ("typed", "meant"),
+        [("--devcie", "--device"), ("--jsno", "--json"), ("--stirct", "--strict")],
+    )
+    def test_the_closest_option_is_suggested(
+        self, typed: str, meant: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A misspelt option: one line naming the closest one and pointing at doctor --help."""
+        with pytest.raises(SystemExit) as exited:
+            main(["doctor", typed, "cuda"])
+
+        assert exited.value.code == 2
+        assert capsys.readouterr().err == (
+            f"onnx-device-guard: error: unknown option {typed!r}; did you mean {meant!r}? "
+            "(see 'onnx-device-guard doctor --help')\n"
+        )
+
+    def test_an_option_like_none_points_at_doctor_help(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Nothing close: argparse's own words, still pointing at doctor --help."""
+        with pytest.raises(SystemExit):
+            main(["doctor", "--zzzzzz"])
+
+        assert "(see 'onnx-device-guard doctor --help')" in capsys.readouterr().err

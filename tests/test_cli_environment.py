@@ -69,7 +69,11 @@ class TestBadValues:
         [
             (RESOLUTION_MODE, "strict", f"{RESOLUTION_MODE}='strict' must be 'fail' or"),
             (FALLBACK_DEVICE, "gpu", f"{FALLBACK_DEVICE}='gpu' is not a device torch"),
-            ("ONNX_DEVICE_GUARD_WARN", "maybe", "ONNX_DEVICE_GUARD_WARN='maybe' must be '1'"),
+            (
+                "ONNX_DEVICE_GUARD_WARN",
+                "maybe",
+                "ONNX_DEVICE_GUARD_WARN='maybe' must be a yes/no switch",
+            ),
         ],
     )
     def test_a_bad_value_is_exit_2_with_the_librarys_message(

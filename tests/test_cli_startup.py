@@ -63,6 +63,7 @@ class TestStartup:
         assert imported <= {
             "__future__",
             "argparse",
+            "difflib",
             "math",
             "os",
             "re",

@@ -315,7 +315,7 @@ class TestDeviceIdMismatch:
         """The session's device_id appears next to its provider."""
         facts = fake_facts(cuda_session(1), device="cuda:1", cuda_devices=2)
 
-        assert f"{CUDA} (device_id 1)" in render_text(facts, (), strict=False)
+        assert f"{CUDA} (device_id 1)" in render_text(facts, (), strict_by=None)
 
 
 class TestTorchSide:
@@ -412,7 +412,7 @@ class TestExitStatus:
         assert headline(facts).startswith("INCONCLUSIVE: 'cuda' -> 'cpu'. The model asks for")
         assert headline(facts).endswith("with the inputs the doctor tried (input 'x').")
         assert "--strict: the device had to be changed" in render_text(
-            facts, diagnose(facts), strict=True
+            facts, diagnose(facts), strict_by="--strict"
         )
 
     def test_a_failure_on_the_device_wins_over_everything(self) -> None:
@@ -432,7 +432,7 @@ class TestAdvice:
             cpu_session(), device="cpu", available=(CPU,), torch_gpu_build=None, inference=failed
         )
 
-        text = render_text(facts, diagnose(facts), strict=False)
+        text = render_text(facts, diagnose(facts), strict_by=None)
 
         assert "ask for device 'cpu'" not in text
         assert "fix the causes above" not in text
@@ -479,7 +479,7 @@ class TestMessages:
         facts = replace(fake_facts(cpu_session(), messages=[CUDA_LOAD_FAILURE]), omitted_messages=3)
 
         assert "  (and 3 more not about providers, devices or a failure)" in render_text(
-            facts, (), strict=False
+            facts, (), strict_by=None
         )
         assert render_json(facts, (), strict=False)["onnxruntime_messages_omitted"] == 3
 
@@ -488,7 +488,7 @@ class TestTextReport:
     def test_fact_columns_line_up(self) -> None:
         """Every fact's value starts in the same column."""
         facts = fake_facts(cpu_session(), requested=(CUDA, TRT, "OpenVINOExecutionProvider", CPU))
-        rows = render_text(facts, (), strict=False).split("\n\n")[0].splitlines()
+        rows = render_text(facts, (), strict_by=None).split("\n\n")[0].splitlines()
         columns = set()
         for row in rows:
             labelled = re.match(r"  \S+(?: \S+)*\s{2,}(\S)", row)
@@ -499,14 +499,14 @@ class TestTextReport:
 
     def test_dropped_providers_are_marked(self) -> None:
         """A requested provider the session lost is marked [dropped]."""
-        text = render_text(fake_facts(cpu_session()), (), strict=False)
+        text = render_text(fake_facts(cpu_session()), (), strict_by=None)
 
         assert f"{CUDA} [dropped], {CPU}" in text
 
     def test_diagnosis_is_numbered_with_fixes(self) -> None:
         """Each finding gets a number, a Fix line and its link."""
         facts = fake_facts(cpu_session(), torch_gpu_build=None, cuda_devices=0)
-        text = render_text(facts, diagnose(facts), strict=True)
+        text = render_text(facts, diagnose(facts), strict_by="--strict")
 
         assert "\nDiagnosis:\n  1. " in text
         assert "\n  2. torch 2.4.0+cpu is a CPU-only build" in text
@@ -522,7 +522,7 @@ class TestTextReport:
             requested=(CUDA, CPU),
             distributions=(CPU_WHEEL, InstalledDistribution("onnxruntime-directml", "1.20.0")),
         )
-        text = render_text(facts, diagnose(facts), strict=False)
+        text = render_text(facts, diagnose(facts), strict_by=None)
 
         assert (
             "`pip uninstall -y onnxruntime onnxruntime-directml && pip install onnxruntime-gpu`"
@@ -533,7 +533,7 @@ class TestTextReport:
         """What onnxruntime said while creating the session is shown."""
         facts = fake_facts(cpu_session(), messages=[CUDA_LOAD_FAILURE])
 
-        assert "libcudnn.so.9" in render_text(facts, (), strict=False)
+        assert "libcudnn.so.9" in render_text(facts, (), strict_by=None)
 
 
 class TestJsonReport:
@@ -562,6 +562,7 @@ class TestJsonReport:
         facts = fake_facts(cpu_session())
 
         assert list(render_json(facts, diagnose(facts), strict=False)) == [
+            "schema_version",
             "verdict",
             "summary",
             "exit_code",
@@ -575,6 +576,11 @@ class TestJsonReport:
             "onnxruntime_version",
             "installed_distributions",
             "available_providers",
+            "gpus",
+            "cuda_visible_devices",
+            "torch_cudnn",
+            "onnxruntime_build",
+            "cuda_libraries_loaded",
             "requested_providers",
             "requested_provider_options",
             "session_providers",
@@ -624,16 +630,13 @@ class TestProviderNames:
             ("CUDAExecutonProvider", CUDA),
             ("cudaexecutionprovider", CUDA),
             ("cuda", CUDA),
-            ("gpu", CUDA),
             ("TensorRTExecutionProvider", TRT),
-            ("trt", TRT),
             ("CPUExecutionProvder", CPU),
-            ("directml", "DmlExecutionProvider"),
             ("ROCmExecutionProvider", "ROCMExecutionProvider"),
         ],
     )
     def test_suggests_the_closest_real_name(self, typed: str, meant: str) -> None:
-        """Typos, case, missing suffixes and common short names find the real provider."""
+        """Typos, case and missing suffixes find the real provider."""
         assert suggest_provider(typed, self.KNOWN) == meant
 
     def test_nothing_close_suggests_nothing(self) -> None:
@@ -1008,7 +1011,7 @@ class TestInference:
         check = run_inference(session, torch.device("cuda:0"))
 
         assert check.status == "inconclusive"
-        assert session.host_runs == check.attempts > 1
+        assert session.host_runs == check.attempts >= 1
 
     def test_a_run_that_works_from_host_arrays_is_a_device_failure(
         self, inputs_on_cpu: list[torch.Tensor]

@@ -1,4 +1,4 @@
-"""The doctor stays simple: small functions, one record per kind of fact, heuristics as tables."""
+"""The doctor stays simple: small functions, one record per kind of fact, values as a table."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from onnx_device_guard._doctor import inputs as doctor_inputs
 from onnx_device_guard._doctor.facts import Environment, Facts
-from onnx_device_guard._doctor.inputs import ModelInput, default_value, has_role, named_by_a_person
+from onnx_device_guard._doctor.inputs import ModelInput, default_value
 
 SOURCES = Path(__file__).resolve().parents[1] / "src" / "onnx_device_guard"
 
@@ -61,12 +61,3 @@ class TestHeuristicTables:
 
         assert default_value(ModelInput("temperature", (), torch.float32)) == 0.5
         assert default_value(ModelInput("sr", (), torch.int64)) == 16000
-
-    def test_dimension_roles_come_from_the_table(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """DIMENSION_ROLES alone says which names are batch-like or made up by an exporter."""
-        roles = {**doctor_inputs.DIMENSION_ROLES, "batch": r"frames"}
-        monkeypatch.setattr(doctor_inputs, "DIMENSION_ROLES", roles)
-
-        assert has_role("frames", "batch")
-        assert not has_role("batch_size", "batch")
-        assert not named_by_a_person("unk__214")

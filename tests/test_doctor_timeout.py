@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import re
 import signal
 import threading
 import time
@@ -18,6 +19,7 @@ from onnx_device_guard._cli import main
 from onnx_device_guard._doctor import command, probe
 
 from . import doctor_models
+from .pseudo_terminal import run_on_terminal
 
 
 @pytest.fixture
@@ -145,3 +147,22 @@ class TestInterrupt:
 
         assert "from ._doctor.command import run" in handler
         assert "from ._doctor.command" not in source[: source.index("def _doctor(")]
+
+
+class TestRealSigint:
+    @pytest.mark.parametrize("run", range(6))
+    def test_sigint_during_a_long_inference_exits_130_with_one_line(
+        self, endless: Path, run: int
+    ) -> None:
+        """A real SIGINT mid-inference, on a terminal: status 130 and one line, never an abort."""
+        session = run_on_terminal(
+            ["doctor", str(endless), "--device", "cpu"],
+            columns=100,
+            interrupt_after="test inference, 2 s",
+        )
+        lines = [line for line in re.split(r"[\r\n]|\x1b\[2K", session.screen) if line.strip()]
+
+        assert session.status == 130, session.screen
+        assert lines[-1] == "onnx-device-guard: interrupted", session.screen
+        assert "terminate called" not in session.screen
+        assert "[E:onnxruntime" not in session.screen

@@ -12,6 +12,7 @@ doctor runs, so `--help` and `--version` answer at once.
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import os
 import re
@@ -20,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
-from ._doctor.terminal import occupy_closed_standard_streams, say_error, tolerate_unencodable_output
+from ._doctor.terminal import say_error, tolerate_unencodable_output
 
 PROG = "onnx-device-guard"
 
@@ -34,39 +35,29 @@ DEFAULT_TIMEOUT = 60
 
 EXIT_STATUS = """\
 environment:
-  ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail acts like --strict;
-  ONNX_DEVICE_GUARD_FALLBACK_DEVICE is the device a fallback goes to (default
-  cpu); a value the library refuses is bad input (exit status 2). NO_COLOR
-  turns colour off, FORCE_COLOR on where stdout is not a terminal.
+  ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail acts like --strict; a fallback goes to
+  ONNX_DEVICE_GUARD_FALLBACK_DEVICE (default cpu). NO_COLOR turns colour off,
+  FORCE_COLOR on off a terminal.
 
 exit status:
   (with several models, the first of 3, 1, 2, 4, 0 that any of them gives)
-    0  the session reads tensors on the requested device, or the device had
-       to be changed and the run was not strict
-    1  --strict (or ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail) and the device had
-       to be changed
-    2  bad input: a missing, unreadable or non-regular model path, a file that
-       is not an ONNX model, a device torch cannot parse, an unknown execution
-       provider or option, a bad environment variable, no usable onnxruntime,
-       or a report that cannot be written (one line on stderr; with --json, a
-       model that cannot be checked is also a JSON object on stdout)
+    0  the session reads tensors on the device asked for, or a fallback without --strict
+    1  --strict (or ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail) and the device had to change
+    2  bad input: a model, option or environment variable the doctor cannot use, no
+       usable onnxruntime, or a report that cannot be written (one line on stderr)
     3  the test inference failed on the device (the diagnosis says why)
-    4  inconclusive: the test inference could not run with the inputs tried,
-       or did not end within --timeout (the report says why and which option
-       helps); the device answer stands
+    4  inconclusive: the test inference could not run with the inputs tried, or did not
+       end within --timeout (the report says which option helps)
   130  interrupted (Ctrl-C)
   141  stdout was closed before the report was written (as in `doctor | head -0`)
 """
 
 DOCTOR_DESCRIPTION = """\
-Check that an onnxruntime session can read tensors on a torch device, and
-explain why not when it cannot. For each MODEL (files, or folders searched for
-*.onnx; default: a tiny model shipped with the package) the doctor creates a
-session with the requested execution providers, reads back the providers it
-really runs, aligns the device with align_device_with_onnx_session, runs a test
-inference on the aligned device (trying larger sizes for dynamic dimensions when
-the smallest do not fit), and reports what it found with the likely causes and
-fixes.
+Check that an onnxruntime session can read tensors on a torch device, and say why
+not when it cannot. For each MODEL (files, or folders searched for *.onnx; default: a
+tiny model shipped with the package) the doctor creates a session, reads back the
+providers it really runs, aligns the device as the library does, runs a test
+inference there, and reports the likely causes and fixes.
 """
 
 
@@ -85,17 +76,29 @@ _SKIPS_STARTUP = re.compile(r"-[A-Za-z]*[IES][A-Za-z]*")
 class _Parser(argparse.ArgumentParser):
     """An `ArgumentParser` whose usage errors are one line, as the command promises."""
 
-    def error(self, message: str) -> NoReturn:
-        say_error(f"{self.prog}: error: {message} (see '{self.prog} --help')")
+    def error(self, message: str, prog: str | None = None) -> NoReturn:
+        say_error(f"{self.prog}: error: {message} (see '{prog or self.prog} --help')")
         raise SystemExit(2)
+
+    def refuse_unknown(self, unknown: Sequence[str], command: str) -> NoReturn:
+        """A usage error for `unknown` arguments, suggesting the closest option of `command`."""
+        [commands] = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        parser = commands.choices[command]
+        options = [option for action in parser._actions for option in action.option_strings]
+        close = difflib.get_close_matches(unknown[0].split("=")[0], options, n=1)
+        if unknown[0].startswith("-") and close:  # argparse before 3.14 suggests nothing
+            self.error(f"unknown option {unknown[0]!r}; did you mean {close[0]!r}?", parser.prog)
+        self.error(f"unrecognized arguments: {' '.join(unknown)}", parser.prog)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default `sys.argv[1:]`); return the exit status."""
-    occupy_closed_standard_streams()
     tolerate_unencodable_output()
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            parser.refuse_unknown(unknown, args.command)
         status: int = args.handler(args)
     except KeyboardInterrupt:
         say_error(f"{PROG}: interrupted")
@@ -111,7 +114,7 @@ def version() -> str:
         return "0+unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     """Return the parser of `onnx-device-guard` and its `doctor` command."""
     parser = _Parser(
         prog=PROG,

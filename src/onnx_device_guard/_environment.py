@@ -4,7 +4,8 @@ Operators switch a whole process without code changes:
 
 * `ONNX_DEVICE_GUARD_RESOLUTION_MODE`: `fail` or `fallback`;
 * `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`: a device torch parses, such as `cpu`;
-* `ONNX_DEVICE_GUARD_WARN`: `1` (fallbacks at WARNING) or `0` (at DEBUG).
+* `ONNX_DEVICE_GUARD_WARN`: a yes/no switch (`parse_switch`): yes logs fallbacks at
+  WARNING, no at DEBUG.
 
 They are read at first use, not at import, so a bad value cannot stop
 `import onnx_device_guard`; it raises `ModelInputError` naming the variable
@@ -59,10 +60,36 @@ def read(environ: Mapping[str, str] = os.environ) -> Settings:
             f"The environment variable {error.message} Fix or unset it.",
             help_url=error.help_url,
         ) from None
-    if warn not in ("", "1", "0"):
-        raise ModelInputError(
-            f"The environment variable {WARN}={short_repr(warn)} must be '1' (log fallbacks at "
-            "WARNING) or '0' (at DEBUG), or unset. Fix or unset it."
-        )
     resolution_mode = cast("DeviceMismatchResolutionMode | None", mode or None)
-    return Settings(resolution_mode, fallback, {"1": True, "0": False}.get(warn)).over(BUILT_IN)
+    return Settings(resolution_mode, fallback, parse_switch(WARN, warn)).over(BUILT_IN)
+
+
+SWITCH_WORDS = {"1": True, "true": True, "yes": True, "on": True}
+SWITCH_WORDS |= {"0": False, "false": False, "no": False, "off": False}
+"""The spellings a yes/no variable takes, in any case, with spaces around."""
+
+
+def parse_switch(name: str, text: str) -> bool | None:
+    """Read the yes/no variable `name` holding `text`: `None` when it is empty.
+
+    Raises:
+        ModelInputError: `text` is none of `SWITCH_WORDS`; the message names them.
+
+    Examples:
+        >>> from onnx_device_guard._environment import parse_switch
+        >>> parse_switch("ONNX_DEVICE_GUARD_WARN", " Off "), parse_switch("X", "")
+        (False, None)
+        >>> parse_switch("ONNX_DEVICE_GUARD_WARN", "maybe")
+        Traceback (most recent call last):
+        onnx_device_guard.ModelInputError: The environment variable ONNX_DEVICE_GUARD_WARN=...
+    """
+    word = text.strip().lower()
+    if not word:
+        return None
+    if word not in SWITCH_WORDS:
+        raise ModelInputError(
+            f"The environment variable {name}={short_repr(text.strip())} must be a yes/no "
+            "switch: 1, true, yes or on for yes; 0, false, no or off for no (any case), or "
+            "unset. Fix or unset it."
+        )
+    return SWITCH_WORDS[word]

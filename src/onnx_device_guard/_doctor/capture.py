@@ -1,10 +1,8 @@
 """What onnxruntime says while the doctor works: captured, cleaned, deduplicated.
 
-onnxruntime warns about unavailable providers, prints a banner when it
-retries a failed session, and its C++ log (why a CUDA library did not load,
-graph-optimiser notes) goes straight to the process's stderr. The doctor
-keeps all of it out of the terminal, then reports each message once, and
-only those about providers, devices or the failure.
+Its warnings, the banner of a retried session and its C++ log (written to
+file descriptor 2) are kept off the terminal; the report gives each message
+about providers, devices or the failure once.
 """
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
 """The doctor's run, from the options typed to the exit status.
 
-First everything that can be checked before a model runs: the options,
-the library's environment variables, onnxruntime and the providers, and,
-when `--input` or `--dim` name inputs, those names against the models'
-real inputs. Then each model in turn: checked, diagnosed and written out
-(text, or JSON at the end), with progress on a terminal's stderr. An option
-the doctor refuses is one line on stderr and exit status 2 with nothing on
-stdout; with `--json`, a model that cannot be checked is still a JSON object.
+First what can be checked before a model runs (options, environment,
+providers, the names `--input` and `--dim` give); then each model, with
+progress on a terminal's stderr; then the report. A refused option is one
+line on stderr and exit status 2, with nothing on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -28,6 +25,7 @@ from .diagnosis import EXIT_BAD_INPUT, exit_code, worst
 from .facts import Facts, ModelError, listed
 from .files import display_path, expand, is_directory
 from .inputs import DEFAULT_MAX_INPUT_MIB, check_overrides, parse_dim_option, parse_input_option
+from .machine import loaded_cuda_libraries
 from .probe import (
     MIB,
     TINY_MODEL,
@@ -39,19 +37,12 @@ from .probe import (
     environment,
     model_inputs,
 )
-from .render import (
-    render_any_json,
-    render_json_error,
-    render_machine,
-    render_section,
-    render_summary,
-)
+from .render import render_any_json, render_json_error, render_many, render_section
 from .terminal import (
     PREFIX,
     OutputError,
     Progress,
     colour_wanted,
-    is_terminal,
     paint,
     printable,
     say_error,
@@ -120,12 +111,12 @@ def make_plan(args: argparse.Namespace) -> Plan:
     default = torch.device("cuda" if env.torch_cuda_device_count else "cpu")
     fallback = cast(torch.device, settings.fallback_device)
     return Plan(
-        check=Check(ort, env, device or default, providers, fallback, options),
+        check=Check(ort, env, device or default, providers, fallback, options, device is None),
         targets=targets,
         many=len(args.models) > 1 or any(map(is_directory, args.models)),
         json=args.json,
         strict_by=strict_by,
-        colour=not args.json and colour_wanted(is_terminal(sys.stdout)),
+        colour=not args.json and colour_wanted(os.isatty(1)),
     )
 
 
@@ -139,9 +130,6 @@ def parse_device(text: str) -> torch.device:
         >>> from onnx_device_guard._doctor.command import parse_device
         >>> parse_device("cuda:1")
         device(type='cuda', index=1)
-        >>> parse_device("gpu")
-        Traceback (most recent call last):
-        onnx_device_guard.ModelInputError: --device 'gpu' is not a device torch understands; ...
         >>> parse_device("cuda:999")
         Traceback (most recent call last):
         onnx_device_guard.ModelInputError: --device='cuda:999' has device index 999, which ...
@@ -240,25 +228,26 @@ def check_names(plan: Plan) -> None:
 
 def _report(plan: Plan, progress: Progress) -> int:
     first, count = plan.targets[0], len(plan.targets)
-    if count == 1 and isinstance(first, ModelError):  # a folder without models
+    alone = count == 1 and not (plan.json and plan.many)  # JSON on a folder is always a list
+    if alone and isinstance(first, ModelError):  # a folder without models
         return _single_error(plan, first)
-    if plan.many and not plan.json:
-        _write(plan, render_machine(plan.check.env))
     results: list[Facts | ModelError] = []
     for number, target in enumerate(plan.targets, start=1):
         result = _check_one(plan, target, progress, f"[{number}/{count}] " if count > 1 else "")
         progress.clear()
-        if isinstance(result, ModelError) and count == 1:
+        if isinstance(result, ModelError) and alone:
             return _single_error(plan, result)
         results.append(result)
-        if not plan.json:
-            _write(plan, render_section(result, strict_by=plan.strict_by, many=plan.many))
+    env = replace(plan.check.env, cuda_libraries_loaded=loaded_cuda_libraries())
+    results = [replace(r, environment=env) if isinstance(r, Facts) else r for r in results]
     strict = plan.strict_by is not None
     if plan.json:
         documents = [render_any_json(result, strict=strict) for result in results]
         write_out(json.dumps(documents if plan.many else documents[0], indent=2) + "\n")
     elif plan.many:
-        _write(plan, f"\nSummary:\n{render_summary(results, strict=strict)}")
+        _write(plan, render_many(results, env, strict_by=plan.strict_by))
+    else:
+        _write(plan, render_section(results[0], strict_by=plan.strict_by))
     return worst(exit_code(result, strict=strict) for result in results)
 
 
@@ -268,7 +257,7 @@ def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> F
         return target
     shown = TINY_MODEL if target is None else display_path(target)
     if prefix:
-        progress.show(f"{prefix}checking {shown}")
+        progress.show(f"{prefix}checking ", shown)
 
     def waiting(seconds: float) -> None:
         if seconds >= 2:

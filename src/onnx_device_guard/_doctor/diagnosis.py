@@ -13,7 +13,7 @@ from typing import Literal
 
 from .._devices import cuda_index
 from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, first_gpu_provider
-from .facts import Facts, InferenceCheck, ModelError, Verdict, listed, one_line
+from .facts import Environment, Facts, InferenceCheck, ModelError, Verdict, listed, one_line
 
 CUDA_REQUIREMENTS_URL = (
     "https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements"
@@ -74,6 +74,7 @@ FindingKind = Literal[
     "torch-sees-no-cuda",
     "torch-device-index",
     "device-not-checked",
+    "cuda-not-checked",
     "inference-failed",
     "inference-inconclusive",
     "inference-skipped",
@@ -98,25 +99,8 @@ class Finding:
 def diagnose(facts: Facts) -> tuple[Finding, ...]:
     """Return the causes and notes that explain `facts`, most fundamental first.
 
-    Examples:
-        >>> import torch
-        >>> from onnx_device_guard._doctor.diagnosis import diagnose
-        >>> from onnx_device_guard._doctor.facts import Environment, Facts, InferenceCheck
-        >>> machine = Environment(
-        ...     onnx_device_guard_version="0.1.0", python="3.11", torch_version="2.4.0",
-        ...     torch_gpu_build="CUDA 12.4", torch_cuda_device_count=1,
-        ...     onnxruntime_version="1.20.0", installed_distributions=(),
-        ...     available_providers=("CPUExecutionProvider",),
-        ... )
-        >>> facts = Facts(
-        ...     model="model.onnx", environment=machine,
-        ...     requested_providers=("CUDAExecutionProvider", "CPUExecutionProvider"),
-        ...     session_providers=("CPUExecutionProvider",),
-        ...     requested_device=torch.device("cuda"), aligned_device=torch.device("cpu"),
-        ...     inference=InferenceCheck("ok", "..."),
-        ... )
-        >>> [finding.kind for finding in diagnose(facts)]
-        ['provider-not-in-build']
+    The installed distributions, then each requested provider the session lost,
+    the device, torch, and the test inference (`tests/test_doctor.py` has examples).
     """
     available, running = set(facts.environment.available_providers), set(facts.session_providers)
     lost = [name for name in dict.fromkeys(facts.requested_providers) if name not in running]
@@ -166,11 +150,6 @@ def exit_code(facts: Facts | ModelError, *, strict: bool) -> int:
     3 when the inference failed on the device; 1 when `strict` and the
     device had to change; 4 when the inference was inconclusive; 2 for a
     model that is bad input (a `ModelError`).
-
-    Examples:
-        >>> from onnx_device_guard._doctor.diagnosis import EXIT_PRECEDENCE
-        >>> EXIT_PRECEDENCE
-        (3, 1, 2, 4, 0)
     """
     if isinstance(facts, ModelError):
         return EXIT_BAD_INPUT
@@ -278,7 +257,7 @@ def _dropped(name: str, facts: Facts) -> Finding:
             "the session runs without it."
         )
     else:
-        said = [m for m in facts.onnxruntime_messages if name in m or "Failed to load library" in m]
+        said = _own_messages(name, facts.onnxruntime_messages)
         reason = f" It said: {one_line(said[0])}" if said else ""
         problem = (
             f"{name} is in this onnxruntime build, but onnxruntime dropped it when it "
@@ -288,6 +267,23 @@ def _dropped(name: str, facts: Facts) -> Finding:
     fix = _DROPPED_FIX.get(name, _DROPPED_FIX[gpu])
     fix = fix.format(name=name, version=facts.environment.onnxruntime_version)
     return Finding("provider-dropped", problem, fix, _REQUIREMENTS_URL.get(name))
+
+
+def _own_messages(name: str, messages: Iterable[str]) -> list[str]:
+    """The messages about provider `name`: naming it or its library, before a library's.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.diagnosis import _own_messages
+        >>> _own_messages("CUDAExecutionProvider", [
+        ...     "Failed to load library libonnxruntime_providers_tensorrt.so: libnvinfer.so.10",
+        ...     "Failed to load library libonnxruntime_providers_cuda.so: libcudnn.so.9",
+        ... ])
+        ['Failed to load library libonnxruntime_providers_cuda.so: libcudnn.so.9']
+    """
+    library = f"providers_{name.removesuffix('ExecutionProvider').lower()}"
+    own = [text for text in messages if name in text or library in text.lower()]
+    loads = [text for text in messages if "Failed to load library" in text]
+    return own or [text for text in loads if "providers_" not in text]
 
 
 def _device_findings(facts: Facts) -> list[Finding]:
@@ -333,6 +329,8 @@ def _device_findings(facts: Facts) -> list[Finding]:
 def _torch_findings(facts: Facts) -> list[Finding]:
     env, device = facts.environment, str(facts.requested_device)
     count = env.torch_cuda_device_count
+    if facts.device_chosen and facts.requested_device.type == "cpu":
+        return [_cuda_not_checked(env)]
     if facts.requested_device.type != "cuda" or cuda_index(facts.requested_device) < count:
         return []
     if count == 0 and env.torch_gpu_build is None:
@@ -361,6 +359,17 @@ def _torch_findings(facts: Facts) -> list[Finding]:
     )
     fix = "Ask for one of those; CUDA_VISIBLE_DEVICES renumbers the GPUs a process sees from 0."
     return [Finding("torch-device-index", problem, fix)]
+
+
+def _cuda_not_checked(env: Environment) -> Finding:
+    """The bare doctor checked 'cpu' because torch sees no GPU: CUDA itself went unchecked."""
+    build = f"a {env.torch_gpu_build} build" if env.torch_gpu_build else "a CPU-only build"
+    problem = (
+        f"torch {env.torch_version} ({build}) sees no CUDA device, so the doctor checked 'cpu' "
+        "only: whether the model runs on CUDA was not checked."
+    )
+    fix = "Run again with `--device cuda` to check CUDA and see what stands in its way."
+    return Finding("cuda-not-checked", problem, fix)
 
 
 def _inference_findings(facts: Facts) -> list[Finding]:
@@ -402,7 +411,7 @@ def _inconclusive_fix(check: InferenceCheck) -> str:
     )
     return (
         f"Give {named} a shape and value the model accepts: {options}, with the capitals filled "
-        f"in (as in `--input x=1x3x224x224` or `--input sr=:16000`); or {alone}"
+        f"in (as in `--input x=1x3x224x224`, `--input sr=:16000` or `--dim height=64`); or {alone}"
     )
 
 

@@ -78,6 +78,13 @@ class Environment:
     """What torch warned while looking for CUDA devices."""
     import_messages: tuple[str, ...] = ()
     """What onnxruntime said while it was imported."""
+    gpus: tuple[str, ...] = ()
+    cuda_visible_devices: str | None = None
+    torch_cudnn: str | None = None
+    onnxruntime_build: str | None = None
+    """The GPU facts (`machine.gpu_facts`)."""
+    cuda_libraries_loaded: tuple[str, ...] = ()
+    """The CUDA libraries loaded once the models were checked (`machine.loaded_cuda_libraries`)."""
 
     @property
     def module_owners(self) -> tuple[InstalledDistribution, ...]:
@@ -115,6 +122,8 @@ class Facts:
     """onnxruntime's error when the first try to create the session failed and it retried."""
     seconds: float = 0.0
     """How long checking this model took, session and inference included."""
+    device_chosen: bool = False
+    """Whether the doctor chose the device, `--device` being left out."""
 
     @property
     def fell_back(self) -> bool:
@@ -144,18 +153,11 @@ _STATUS_PREFIX = re.compile(r"\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 def tidy_error(text: str) -> str:
     """Drop the C++ source locations, signatures and status prefix from onnxruntime's errors.
 
-    What is left is what onnxruntime has to say, which is at the end.
-
     Examples:
         >>> from onnx_device_guard._doctor.facts import tidy_error
-        >>> tidy_error(
-        ...     "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running "
-        ...     "Reshape node. Name:'' Status Message: /src/reshape_helper.h:91 "
-        ...     "onnxruntime::ReshapeHelper::ReshapeHelper(const onnxruntime::TensorShape&, bool) "
-        ...     "The input tensor cannot be reshaped."
-        ... )
-        "Non-zero status code returned while running Reshape node. Name:''
-        Status Message: The input tensor cannot be reshaped."
+        >>> tidy_error("[ONNXRuntimeError] : 1 : FAIL : Status Message: /src/reshape_helper.h:91 "
+        ...            "onnxruntime::Reshape::Reshape(const Shape&, bool) Cannot be reshaped.")
+        'Status Message: Cannot be reshaped.'
     """
     return _STATUS_PREFIX.sub("", _CPP_LOCATION.sub("", text))
 

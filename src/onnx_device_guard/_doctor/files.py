@@ -1,10 +1,8 @@
 """Finding the model files the user named, and refusing what is not one, without hanging.
 
-Every question to the file system is answered with a one-line
-`ModelInputError`, never a traceback or a read that never returns: a path
-that is too long, a folder without search permission, a FIFO or a device.
-A model file is opened once, without blocking, and checked as opened.
-Folders are walked without recursion, so no depth is too deep.
+What the file system refuses is a one-line `ModelInputError`, never a
+traceback or a read that never returns (a FIFO, a device). A model file is
+opened once, without blocking; folders are walked without recursion.
 """
 
 from __future__ import annotations
@@ -19,9 +17,13 @@ from pathlib import Path
 
 from .._errors import ModelInputError
 from .facts import ModelError
+from .terminal import escaped
 
 MODEL_SUFFIX = ".onnx"
 """What a file in a folder must end with (any case) to be checked as a model."""
+
+PROTOBUF_LIMIT = 2**31 - 1
+"""The most bytes a protobuf, and so an ONNX model file, can hold."""
 
 _PATH_SHOWN = 160
 
@@ -30,16 +32,18 @@ _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY
 
 
 def display_path(path: Path | str) -> str:
-    """`path` as text that any terminal can print: undecodable bytes as `\\xNN`, cut if long.
+    """`path` as text that cannot forge a line: undecodable bytes and controls as `\\xNN`, cut.
 
     Examples:
         >>> from onnx_device_guard._doctor.files import display_path
         >>> display_path(b"caf\\xe9.onnx".decode("utf-8", "surrogateescape"))
         'caf\\\\xe9.onnx'
+        >>> display_path("m\\nOK: fine.onnx")
+        'm\\\\x0aOK: fine.onnx'
         >>> len(display_path("a" * 1000))
         160
     """
-    text = os.fsencode(path).decode("utf-8", "backslashreplace")
+    text = escaped(os.fsencode(path).decode("utf-8", "backslashreplace"))
     if len(text) <= _PATH_SHOWN:
         return text
     keep = (_PATH_SHOWN - 3) // 2
@@ -99,7 +103,13 @@ def read_model_file(path: Path) -> ModelBytes:
     try:
         descriptor = os.open(path, _OPEN_FLAGS)
         try:
-            mode = os.fstat(descriptor).st_mode
+            status = os.fstat(descriptor)
+            mode = status.st_mode
+            if stat.S_ISREG(mode) and status.st_size > PROTOBUF_LIMIT:
+                raise ModelInputError(
+                    f"'{shown}' is {status.st_size / 2**30:.1f} GiB, over the 2 GiB an ONNX "
+                    "model file (a protobuf) can hold; keep the weights as external data"
+                )
             if stat.S_ISDIR(mode):
                 raise ModelInputError(f"'{shown}' is a directory, not an ONNX model file")
             if not stat.S_ISREG(mode):

@@ -1,10 +1,9 @@
 """Test inputs for a model the doctor knows nothing about: shapes, values and limits.
 
 Dynamic dimensions get a few sizes in turn (1 first, then larger ones, since
-a reflect `Pad` or a pooling layer needs more than one pixel), batch-like ones
-stay at 1 where they can, and each input gets a value real models accept (see
-the tables below). `--input` and `--dim` pin any of this. Nothing here runs a
-model; `probe` does.
+a reflect `Pad` or a pooling layer needs more than one pixel), a batch stays
+at 1, and each input gets a value real models accept (`DEFAULT_VALUES`).
+`--input` and `--dim` pin any of this. Nothing here runs a model; `probe` does.
 """
 
 from __future__ import annotations
@@ -20,33 +19,26 @@ import torch
 
 from .._errors import ModelInputError
 
-SIZES = (1, 32, 224, 512, 1024)
+SIZES = (1, 32, 224, 512)
 """The sizes tried in turn for every dynamic dimension."""
 
 DEFAULT_MAX_INPUT_MIB = 256
 """The default cap on the total size of one attempt's inputs, in MiB."""
 
-SEARCH_SECONDS = 20.0
-"""No larger attempt starts once the search has run this long."""
-
 _TORCH_DTYPES: Mapping[str, torch.dtype] = {
     f"tensor({name})": getattr(torch, name)
-    for name in "float double float16 bfloat16 int8 int16 int32 int64 uint8 bool".split()  # noqa: SIM905
+    for name in "float double float16 int8 int16 int32 int64 uint8 bool".split()  # noqa: SIM905
 }
-"""onnxruntime's input types that torch can build, named as torch names them too."""
+"""onnxruntime's input types the doctor can build and hand over, named as torch names them.
+
+Not bfloat16: NumPy, through which `InferenceSession.run` takes its inputs, has no such type.
+"""
 
 Number = int | float | bool
 
-DIMENSION_ROLES: Mapping[str, str] = {
-    "batch": r"n|b|bs|batch.*|.*_batch|num_batch.*|.*batch_size",
-    "generated": r"\?|unk__\d+|.*dynamicdimension.*|dim_?\d+|[a-z_]*\d+",
-}
-"""What a dimension's name says about it: a role, and the names (any case) that have it.
-
-`batch`: held at 1 while the other dynamic dimensions grow. `generated`: a
-name an exporter made up (`unk__214`, `p2o.DynamicDimension.0`), which means
-no more than an unnamed dimension.
-"""
+BATCH = re.compile(r"n|b|bs|.*batch.*", re.IGNORECASE)
+"""The names of a batch dimension, held at 1 while the others grow (as is the first of
+three or more dimensions, whatever its name)."""
 
 DEFAULT_VALUES: tuple[tuple[str, str, Number], ...] = (
     ("bool", r".*", False),
@@ -59,17 +51,6 @@ DEFAULT_VALUES: tuple[tuple[str, str, Number], ...] = (
 
 Speech models take a sample rate of 16000; a count or a length rejects 0.
 """
-
-
-def has_role(dim: str, role: str) -> bool:
-    """Whether the dimension named `dim` has `role` in `DIMENSION_ROLES`.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.inputs import has_role
-        >>> has_role("batch_size", "batch"), has_role("unk__214", "generated")
-        (True, True)
-    """
-    return re.fullmatch(DIMENSION_ROLES[role], dim, re.IGNORECASE) is not None
 
 
 class UnbuildableInputError(Exception):
@@ -133,7 +114,7 @@ def declared_inputs(session: Any) -> tuple[ModelInput, ...]:
         if dtype is None:
             raise UnbuildableInputError(
                 f"input {argument.name!r} has type {argument.type}, which the doctor cannot "
-                "build as a torch tensor"
+                "hand to onnxruntime (NumPy has no such type); the device answer stands"
             )
         dims = tuple(
             dim if (isinstance(dim, int) and dim >= 0) or (isinstance(dim, str) and dim) else None
@@ -167,15 +148,13 @@ def parse_input_option(text: str) -> InputOverride:
     shape_text, colon, value_text = (part.strip() for part in rest.partition(":"))
     shape: tuple[int, ...] | None = None if shape_text == "" else ()
     if shape_text not in ("", "[]"):
-        try:
-            shape = tuple(int(part) for part in re.split(r"[x,]", shape_text))
-        except ValueError:
-            shape = (-1,)
-        if any(dim < 0 for dim in shape):
+        sizes = [_size(part) for part in re.split(r"[x,]", shape_text)]
+        if None in sizes:
             raise ModelInputError(
-                f"--input {text!r}: the shape must be whole numbers of 0 or more joined by "
-                f"'x' (or [] for a scalar); {usage}"
+                f"--input {text!r}: the shape must be whole numbers from 0 to {MAX_SIZE} joined "
+                f"by 'x' (or [] for a scalar); {usage}"
             )
+        shape = tuple(size for size in sizes if size is not None)
     value = _parse_value(value_text, text) if colon else None
     if shape is None and value is None:
         raise ModelInputError(f"--input {text!r} gives neither a shape nor a value; {usage}")
@@ -196,6 +175,18 @@ def _parse_value(text: str, option: str) -> Number:
     )
 
 
+MAX_SIZE = 2**31 - 1
+"""The largest size `--dim` and `--input` take for one dimension."""
+
+
+def _size(text: str) -> int | None:
+    """A dimension's size from 0 to `MAX_SIZE`, or `None` for anything else."""
+    text = text.strip()
+    if not text.isdigit() or len(text) > len(str(MAX_SIZE)) or int(text) > MAX_SIZE:
+        return None
+    return int(text)
+
+
 def parse_dim_option(text: str) -> tuple[str, int]:
     """Return `--dim`'s `NAME=N`, or raise `ModelInputError`.
 
@@ -205,14 +196,11 @@ def parse_dim_option(text: str) -> tuple[str, int]:
         ('height', 64)
     """
     name, equals, size = text.partition("=")
-    try:
-        number = int(size)
-    except ValueError:
-        number = -1
-    if not equals or not name.strip() or number < 0:
+    number = _size(size)
+    if not equals or not name.strip() or number is None:
         raise ModelInputError(
             f"--dim {text!r}: use NAME=N with a named dynamic dimension of the model and a "
-            "size of 0 or more, as in --dim height=64"
+            f"size from 0 to {MAX_SIZE}, as in --dim height=64"
         )
     return name.strip(), number
 
@@ -227,8 +215,6 @@ def default_value(model_input: ModelInput) -> Number:
         16000
         >>> default_value(ModelInput("attention_mask", (None, None), torch.int64))
         1
-        >>> default_value(ModelInput("x", (1, None), torch.float32))
-        0
     """
     kind = "integer scalar" if model_input.one_integer else "tensor"
     kind = "bool" if model_input.dtype == torch.bool else kind
@@ -259,11 +245,21 @@ def check_overrides(
                 f"--input {override.text!r} does not fit '{label}': its input {name!r} has "
                 f"shape {shown} (? is dynamic)"
             )
-        if isinstance(value, float) and not (dtype.is_floating_point or value.is_integer()):
+        if value is not None and not _fits(value, dtype):
             raise ModelInputError(
                 f"--input {override.text!r}: input {name!r} of '{label}' holds "
-                f"{str(dtype).removeprefix('torch.')}, not {value}"
+                f"{str(dtype).removeprefix('torch.')}, which cannot hold {value}"
             )
+
+
+def _fits(value: Number, dtype: torch.dtype) -> bool:
+    """Whether `value` is one `dtype` holds: a whole number in range for integers, finite."""
+    if isinstance(value, float) and not (dtype.is_floating_point or value.is_integer()):
+        return False
+    try:
+        return bool(torch.full((), value, dtype=dtype).isfinite())
+    except (RuntimeError, OverflowError):
+        return False
 
 
 def attempts(
@@ -271,38 +267,31 @@ def attempts(
 ) -> Iterator[tuple[InputSpec, ...]]:
     """Yield the input sets to try, in order, each different from the ones before.
 
-    Size 1 for every dynamic dimension first; then, for each larger size,
-    batch-like dimensions (named like `batch`, or the first of an unnamed
-    rank-3-or-more input) held at 1, then every dynamic dimension at that size.
-    `overrides` and `dims` win over both.
+    Every dynamic dimension takes each of `SIZES` in turn, but a batch stays
+    at 1; `overrides` and `dims` win over both.
 
     Examples:
         >>> import torch
         >>> from onnx_device_guard._doctor.inputs import ModelInput, attempts
         >>> image = ModelInput("x", (None, 3, "h", "w"), torch.float32)
-        >>> [specs[0].shape for specs in attempts([image], {}, {})][:3]
-        [(1, 3, 1, 1), (1, 3, 32, 32), (32, 3, 32, 32)]
+        >>> [specs[0].shape for specs in attempts([image], {}, {})][:2]
+        [(1, 3, 1, 1), (1, 3, 32, 32)]
         >>> [specs[0].shape for specs in attempts([image], {}, {"h": 8})][:2]
         [(1, 3, 8, 1), (1, 3, 8, 32)]
     """
     seen: set[tuple[InputSpec, ...]] = set()
     for size in SIZES:
-        for keep_batch in (True, False):
-            specs = tuple(
-                _spec(model_input, overrides.get(model_input.name), dims, size, keep_batch)
-                for model_input in inputs
-            )
-            if specs not in seen:
-                seen.add(specs)
-                yield specs
+        specs = tuple(
+            _spec(model_input, overrides.get(model_input.name), dims, size)
+            for model_input in inputs
+        )
+        if specs not in seen:
+            seen.add(specs)
+            yield specs
 
 
 def _spec(
-    model_input: ModelInput,
-    override: InputOverride | None,
-    dims: Mapping[str, int],
-    size: int,
-    keep_batch: bool,
+    model_input: ModelInput, override: InputOverride | None, dims: Mapping[str, int], size: int
 ) -> InputSpec:
     """One input of one attempt: the override's shape and value, else the search's."""
     value = default_value(model_input)
@@ -310,40 +299,29 @@ def _spec(
         value = override.value
     if override is not None and override.shape is not None:
         return InputSpec(model_input.name, override.shape, model_input.dtype, value)
-    shape = []
+    rank, shape = len(model_input.dims), []
     for axis, dim in enumerate(model_input.dims):
+        batch = (axis == 0 and rank >= 3) or (isinstance(dim, str) and BATCH.fullmatch(dim))
         if isinstance(dim, int):
             shape.append(dim)
         elif isinstance(dim, str) and dim in dims:
             shape.append(dims[dim])
-        elif keep_batch and _batch_like(dim, axis, len(model_input.dims)):
-            shape.append(1)
         else:
-            shape.append(size)
+            shape.append(1 if batch else size)
     return InputSpec(model_input.name, tuple(shape), model_input.dtype, value)
 
 
-def named_by_a_person(dim: str) -> bool:
-    """Whether a dimension's name means something (`height`), not one an exporter made up.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.inputs import named_by_a_person
-        >>> named_by_a_person("height"), named_by_a_person("unk__214")
-        (True, False)
-    """
-    return not has_role(dim, "generated")
-
-
-def _batch_like(dim: str | None, axis: int, rank: int) -> bool:
-    """Named like a batch, or the unnamed first dimension of an input of rank 3 or more."""
-    if dim is not None and has_role(dim, "batch"):
-        return True
-    return (dim is None or has_role(dim, "generated")) and axis == 0 and rank >= 3
-
-
 def make_tensors(specs: Sequence[InputSpec], device: torch.device) -> list[torch.Tensor]:
-    """Return a tensor for each of `specs` on `device`, filled with its value."""
-    return [torch.full(spec.shape, spec.value, dtype=spec.dtype, device=device) for spec in specs]
+    """Return a tensor for each of `specs` on `device`, filled with its value.
+
+    They are made on the CPU, then moved: a value that does not fit the type
+    raises `UnbuildableInputError`, and only the move can fail for the device.
+    """
+    try:
+        made = [torch.full(spec.shape, spec.value, dtype=spec.dtype) for spec in specs]
+    except (RuntimeError, ValueError, OverflowError) as error:
+        raise UnbuildableInputError(f"the doctor cannot make its test inputs: {error}") from None
+    return [tensor.to(device) for tensor in made]
 
 
 def mentioned_inputs(message: str, inputs: Sequence[ModelInput]) -> tuple[str, ...]:
@@ -362,27 +340,3 @@ def mentioned_inputs(message: str, inputs: Sequence[ModelInput]) -> tuple[str, .
         if re.search(rf"input:?\s*'?{name}'?(?![\w.])|'{name}'|\"{name}\"", message, re.I):
             found.append(model_input.name)
     return tuple(found)
-
-
-def hint_for(model_input: ModelInput) -> str:
-    """The `--input` option a user would fill in for `model_input`, with placeholders.
-
-    Examples:
-        >>> import torch
-        >>> from onnx_device_guard._doctor.inputs import ModelInput, hint_for
-        >>> hint_for(ModelInput("x", (None, 3, "h", "w"), torch.float32))
-        '--input x=Nx3xHxW'
-        >>> hint_for(ModelInput("sr", (), torch.int64))
-        '--input sr=:VALUE'
-    """
-    if model_input.one_integer:
-        return f"--input {model_input.name}=:VALUE"
-    parts = []
-    for axis, dim in enumerate(model_input.dims):
-        if isinstance(dim, int):
-            parts.append(str(dim))
-        elif isinstance(dim, str) and named_by_a_person(dim) and re.fullmatch(r"[A-Za-z]\w*", dim):
-            parts.append(dim.upper())
-        else:
-            parts.append("N" if axis == 0 else f"D{axis}")
-    return f"--input {model_input.name}={'x'.join(parts) or '[]'}"

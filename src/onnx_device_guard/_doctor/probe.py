@@ -2,9 +2,7 @@
 
 `environment` collects the machine's facts once; `check_model` creates one
 model's session, aligns the device through the core and runs the test
-inference. onnxruntime is imported inside the functions, never with the
-package. Bad input (a missing model, an unknown provider, no onnxruntime)
-raises `ModelInputError` with a one-line message.
+inference. Bad input raises `ModelInputError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -43,18 +41,16 @@ from .facts import (
 from .files import ModelBytes, display_path, read_model_file
 from .inputs import (
     DEFAULT_MAX_INPUT_MIB,
-    SEARCH_SECONDS,
     InputOverride,
     InputSpec,
     ModelInput,
     UnbuildableInputError,
     attempts,
     declared_inputs,
-    hint_for,
     make_tensors,
     mentioned_inputs,
-    named_by_a_person,
 )
+from .machine import gpu_facts
 
 TINY_MODEL = "packaged tiny model (y = x + 1)"
 """How the report names the model used when none is given."""
@@ -63,14 +59,6 @@ ProviderSpec = tuple[str, Mapping[str, str]]
 """A provider name and the options to create it with (empty for the defaults)."""
 
 MIB = 2**20
-
-# Short names people type for providers, beyond "cuda" for CUDAExecutionProvider.
-_ALIASES: Mapping[str, str] = {
-    "gpu": "CUDAExecutionProvider",
-    "trt": "TensorrtExecutionProvider",
-    "directml": "DmlExecutionProvider",
-    "rocm": "ROCMExecutionProvider",
-}
 
 # Add-ons named "onnxruntime-*" that do not hold the onnxruntime module.
 _ADD_ONS = ("extensions", "genai", "tools", "ep-")
@@ -106,6 +94,8 @@ class Check:
     fallback: torch.device = field(default_factory=lambda: torch.device("cpu"))
     """The device a fallback goes to (`ONNX_DEVICE_GUARD_FALLBACK_DEVICE`, else cpu)."""
     options: InferenceOptions = field(default_factory=InferenceOptions)
+    device_chosen: bool = False
+    """Whether `device` is the doctor's choice, `--device` being left out."""
 
 
 GRACE_SECONDS = 5.0
@@ -138,6 +128,7 @@ def environment() -> tuple[Environment, Any]:
             available_providers=tuple(ort.get_available_providers()),
             torch_messages=tuple(one_line(warning.message, 500) for warning in caught),
             import_messages=on_import.messages(),
+            **gpu_facts(ort),
         ),
         ort,
     )
@@ -176,6 +167,7 @@ def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) 
         omitted_messages=omitted,
         session_retry=on_creation.retry(),
         seconds=time.perf_counter() - started,
+        device_chosen=check.device_chosen,
     )
 
 
@@ -207,16 +199,6 @@ def align(
     A fallback goes to `fallback` (the library's `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`).
     Returns the aligned device and, when it differs from `device`, the core's
     explanation of the mismatch. Nothing is logged: the report says it all.
-
-    Examples:
-        >>> import torch
-        >>> from onnx_device_guard._doctor.probe import align
-        >>> class CPUSession:
-        ...     def get_providers(self):
-        ...         return ["CPUExecutionProvider"]
-        >>> aligned, mismatch = align(CPUSession(), torch.device("cuda:0"))
-        >>> aligned, mismatch.session_device
-        (device(type='cpu'), None)
     """
     with device_policy(warn=False):
         aligned = align_device_with_onnx_session(session, device, "fallback", fallback)
@@ -236,12 +218,10 @@ def import_onnxruntime() -> Any:
             raise ModelInputError(
                 f"onnxruntime is installed but cannot be imported: {one_line(error, 500)}"
             ) from None
-        owners = [dist for dist in onnxruntime_distributions() if dist.provides_module]
-        if owners:
+        if owners := [dist.name for dist in onnxruntime_distributions() if dist.provides_module]:
             raise ModelInputError(
-                f"the onnxruntime module cannot be imported although pip lists "
-                f"{', '.join(map(str, owners))}; reinstall it: pip install --force-reinstall "
-                + " ".join(dist.name for dist in owners)
+                f"the onnxruntime module cannot be imported although pip lists {', '.join(owners)}"
+                f"; reinstall it: pip install --force-reinstall {' '.join(owners)}"
             ) from None
         raise ModelInputError(
             "onnxruntime is not installed; install exactly one onnxruntime package: "
@@ -275,12 +255,9 @@ def onnxruntime_distributions(
 
 
 def _provides_module(dist: metadata.Distribution, name: str) -> bool:
-    """Whether `dist` installs the onnxruntime module: its RECORD, top_level.txt, or name."""
+    """Whether `dist` installs the onnxruntime module: its RECORD says, else its name."""
     if paths := dist.files:
         return any(tuple(path.parts) == ("onnxruntime", "__init__.py") for path in paths)
-    top_level = dist.read_text("top_level.txt")
-    if top_level is not None:
-        return "onnxruntime" in top_level.split()
     return not name.removeprefix("onnxruntime-").startswith(_ADD_ONS)
 
 
@@ -290,15 +267,6 @@ def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
     `known` is `onnxruntime.get_all_providers()`; the GPU-capable providers
     count as known too, since not every build lists them. The message suggests
     the closest known name.
-
-    Examples:
-        >>> from onnx_device_guard import ModelInputError
-        >>> from onnx_device_guard._doctor.probe import check_provider_names
-        >>> try:
-        ...     check_provider_names(["CUDAExecutonProvider"], ["CUDAExecutionProvider"])
-        ... except ModelInputError as error:
-        ...     print(error.message)
-        unknown execution provider 'CUDAExecutonProvider'; did you mean 'CUDAExecutionProvider'?
     """
     every = sorted({*known, *GPU_CAPABLE_EXECUTION_PROVIDERS})
     for name in names:
@@ -312,8 +280,7 @@ def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
 def suggest_provider(name: str, known: Iterable[str]) -> str | None:
     """Return the known provider name closest to `name`, or `None` if none is close.
 
-    Case, the `ExecutionProvider` suffix and a few common short names
-    (`cuda`, `gpu`, `trt`, `directml`) are forgiven before spelling.
+    Case and the `ExecutionProvider` suffix (`cuda`) are forgiven before spelling.
 
     Examples:
         >>> from onnx_device_guard._doctor.probe import suggest_provider
@@ -322,14 +289,11 @@ def suggest_provider(name: str, known: Iterable[str]) -> str | None:
         'CUDAExecutionProvider'
         >>> suggest_provider("cuda", known)
         'CUDAExecutionProvider'
-        >>> suggest_provider("TensorRTExecutionProvider", known)
-        'TensorrtExecutionProvider'
         >>> suggest_provider("banana", known) is None
         True
     """
     by_key = {provider.lower(): provider for provider in known}
     forgiven = {
-        **{alias: real for alias, real in _ALIASES.items() if real.lower() in by_key},
         **{key.removesuffix("executionprovider"): real for key, real in by_key.items()},
         **by_key,
     }
@@ -404,12 +368,8 @@ WaitHook = Callable[[float], None]
 def run_with_deadline(
     session: Any, device: torch.device, options: InferenceOptions, wait: WaitHook | None = None
 ) -> InferenceCheck:
-    """`run_inference` bounded by `options.timeout` seconds, stopped by Ctrl-C too.
-
-    It runs in a worker thread while this one waits in short joins, so Ctrl-C
-    is heard at once. Both set `RunOptions.terminate`, which onnxruntime checks
-    between operators (inside a `Loop` too); Ctrl-C is raised again, and a run
-    past the deadline is inconclusive.
+    """`run_inference` in a worker thread, stopped (`RunOptions.terminate`, checked between
+    operators) at `options.timeout` seconds, inconclusive then, or at Ctrl-C, raised again.
     """
     if not options.run:
         return InferenceCheck("skipped", "not run (--no-inference)")
@@ -417,27 +377,32 @@ def run_with_deadline(
 
     run_options = onnxruntime.RunOptions()
     done: list[InferenceCheck] = []
-    worker = threading.Thread(
-        target=lambda: done.append(run_inference(session, device, options, run_options)),
-        name="onnx-device-guard inference",
-        daemon=True,
-    )
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            done.append(run_inference(session, device, options, run_options))
+        except Exception as error:  # the doctor's own slip: say so, never a timeout
+            done.append(InferenceCheck("inconclusive", f"the doctor raised {_describe(error)}"))
+        finally:
+            finished.set()
+
+    # An Event, not Thread.join: Ctrl-C inside join() leaves the thread looking
+    # stopped before Python 3.13, and a later join returns at once.
     started = time.monotonic()
-    worker.start()
+    threading.Thread(target=work, name="onnx-device-guard inference", daemon=True).start()
     try:
-        while worker.is_alive() and time.monotonic() - started < options.timeout:
-            worker.join(0.1)
+        while not finished.wait(0.1) and time.monotonic() - started < options.timeout:
             if wait is not None:
                 wait(time.monotonic() - started)
     except BaseException:  # Ctrl-C: end the run before saying so
         run_options.terminate = True
-        worker.join(GRACE_SECONDS)
+        finished.wait(GRACE_SECONDS)
         raise
     if done:
         return done[0]
     run_options.terminate = True
-    worker.join(GRACE_SECONDS)
-    left = " (and it did not stop, so it was left running)" if worker.is_alive() else ""
+    left = "" if finished.wait(GRACE_SECONDS) else " (and it did not stop, so it was left running)"
     return InferenceCheck(
         "inconclusive",
         f"the test inference did not end within {options.timeout:g} seconds and was stopped{left}",
@@ -453,13 +418,11 @@ def run_inference(
 ) -> InferenceCheck:
     """Run the session on `device` with inputs that fit, searching if need be; never raise.
 
-    On CUDA the session reads torch's tensors in place (IO binding), as a model
-    would; elsewhere `session.run` gets NumPy copies. The first attempt that
-    completes is `ok`; a failure on the device (making or binding the tensors,
-    or a run that completes from NumPy arrays only) is `failed`; every input set
-    refused by the model's own operators is `inconclusive`; inputs that cannot be
-    read or built skip the run. `run_options.terminate` stops the search.
+    On CUDA the session reads torch's tensors in place (IO binding), as a model would;
+    elsewhere `session.run` gets NumPy copies. Only a failure on the device is `failed`.
     """
+    if device.type == "meta":
+        return InferenceCheck("skipped", "tensors on 'meta' hold no data, so nothing can run there")
     try:
         inputs = declared_inputs(session)
     except UnbuildableInputError as error:
@@ -486,16 +449,14 @@ class _Run:
         return "run_with_iobinding" if self.device.type == "cuda" else "InferenceSession.run"
 
     def search(self, inputs: Sequence[ModelInput], options: InferenceOptions) -> InferenceCheck:
-        """Try the input sets in turn, within the size cap and the search's time."""
-        started = time.monotonic()
+        """Try the input sets in turn, within the size cap, until one runs or the run is stopped."""
         tried: list[tuple[InputSpec, ...]] = []
         last_error = ""
         for specs in attempts(inputs, options.overrides, options.dims):
             size = sum(spec.nbytes for spec in specs)
             if size > options.max_bytes and not tried:
                 return _too_large(specs, size, options.max_bytes)
-            late = bool(tried) and time.monotonic() - started > min(SEARCH_SECONDS, options.timeout)
-            if size > options.max_bytes or late or getattr(self.options, "terminate", False):
+            if size > options.max_bytes or getattr(self.options, "terminate", False):
                 break  # larger sizes only get larger
             tried.append(specs)
             failure = self.attempt(specs)
@@ -504,13 +465,17 @@ class _Run:
                 return InferenceCheck("ok", shown, attempts=len(tried))
             if failure[0] == "device":
                 return InferenceCheck("failed", f"{shown}: {failure[1]}", attempts=len(tried))
+            if failure[0] == "doctor":
+                return InferenceCheck("skipped", failure[1], attempts=len(tried))
             last_error = failure[1]
         return self.inconclusive(tried, last_error, inputs)
 
     def attempt(self, specs: Sequence[InputSpec]) -> tuple[str, str] | None:
-        """Run once; return None, or ("device" | "input", what went wrong)."""
+        """Run once; return None, or ("device" | "input" | "doctor", what went wrong)."""
         try:
             tensors = make_tensors(specs, self.device)
+        except UnbuildableInputError as error:
+            return "doctor", str(error)
         except Exception as error:
             return "device", f"creating the inputs on {self.device} raised {_describe(error)}"
         run = self.run_bound if self.device.type == "cuda" else self.run_numpy
@@ -575,12 +540,10 @@ class _Run:
                 f"each of the {len(tried)} input sets tried, from {_shown(tried[0])} "
                 f"to {_shown(tried[-1])}"
             )
-        named = [model_input for model_input in inputs if model_input.name in culprits]
-        dims = [
-            f"--dim {dim}=N"
-            for model_input in named
-            for dim in dict.fromkeys(model_input.dims)
-            if isinstance(dim, str) and named_by_a_person(dim)
+        hints = [
+            f"--input {item.name}=:VALUE" if item.one_integer else f"--input {item.name}=SHAPE"
+            for item in inputs
+            if item.name in culprits
         ]
         return InferenceCheck(
             "inconclusive",
@@ -589,7 +552,7 @@ class _Run:
             culprits=culprits,
             suggestion=("--no-inference",),
             attempts=len(tried),
-            hints=(*map(hint_for, named), *dims),
+            hints=tuple(hints),
         )
 
 

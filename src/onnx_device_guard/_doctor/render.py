@@ -8,33 +8,36 @@ section per model and a summary table.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
+import shutil
 import textwrap
 from collections.abc import Mapping, Sequence
 
 from .diagnosis import Finding, diagnose, exit_code, headline, verdict
 from .facts import Environment, Facts, ModelError, one_line
 
+SCHEMA_VERSION = 1
+"""The version of the JSON report's keys; it grows when a key changes or goes."""
+
 ROW_LIMIT = 2000
 """The most characters a fact's row shows; the rest is counted, not printed."""
 
-_LABEL_WIDTH = len("requested providers") + 2
+_LABEL_WIDTH = len("CUDA libraries loaded") + 2
 
 
 def render_text(
     facts: Facts,
     findings: tuple[Finding, ...],
     *,
-    strict: bool,
+    strict_by: str | None,
     machine: bool = True,
-    strict_by: str = "--strict",
 ) -> str:
     """Return the report a person reads: aligned facts, the verdict, numbered fixes.
 
-    `machine=False` leaves out the facts about Python, torch and onnxruntime,
-    for a report that shows them once above several models. `strict_by`
-    names what made the run strict (the option, or the environment).
+    `strict_by` names what made the run strict (the option, the environment; `None`:
+    it is not). `machine=False` leaves out the machine's facts, said once above.
     """
     lines = _rows(
         [
@@ -48,32 +51,47 @@ def render_text(
         ]
     )
     messages = [*facts.onnxruntime_messages, *facts.environment.torch_messages]
-    if messages or facts.omitted_messages:
+    if messages:  # a section with nothing to say is left out
         lines += ["", "What onnxruntime and torch said:"]
         lines += [_wrap(one_line(message), indent=4, first="  - ") for message in messages]
-    if facts.omitted_messages:
-        more = "more" if messages else "messages"
+    if messages and facts.omitted_messages:
         lines.append(
-            f"  (and {facts.omitted_messages} {more} not about providers, devices or a failure)"
+            f"  (and {facts.omitted_messages} more not about providers, devices or a failure)"
         )
     lines += ["", _wrap(headline(facts))]
-    if strict and facts.fell_back and verdict(facts) != "failed":
+    if strict_by and facts.fell_back and verdict(facts) != "failed":
         lines.append(f"{strict_by}: the device had to be changed, so the exit status is 1.")
     if facts.inference.suggestion:
         again = f"run again with `{' '.join(facts.inference.suggestion)}`"
         lines.append(
             _wrap(f"To get a conclusive answer, {again} or with inputs that fit (see below).")
         )
-    return "\n".join(lines + _diagnosis_lines(facts, findings))
+    heading = "Notes (the device needs no change):" if verdict(facts) == "ok" else "Diagnosis:"
+    return "\n".join(lines + _diagnosis_lines(findings, heading))
 
 
-def render_machine(env: Environment) -> str:
-    """Return the facts about Python, torch and onnxruntime, shown once above several models."""
-    return "\n".join(_rows(_machine_rows(env)))
+def render_many(
+    results: Sequence[Facts | ModelError], env: Environment, *, strict_by: str | None
+) -> str:
+    """Return the report on several models: the machine and what holds for all of them once,
+    then a section per model with what differs, then the summary table."""
+    checked = [diagnose(result) for result in results if isinstance(result, Facts)]
+    shared = [f for f in checked[0] if all(f in other for other in checked[1:])] if checked else []
+    shared = shared if len(checked) > 1 else []
+    parts = ["\n".join(_rows(_machine_rows(env)))]
+    if shared:
+        heading = "What holds for every model checked:"
+        parts.append("\n".join(_diagnosis_lines(shared, heading)))
+    parts += [render_section(result, strict_by=strict_by, skip=shared) for result in results]
+    parts.append(f"\nSummary:\n{render_summary(results, strict=strict_by is not None)}")
+    return "\n".join(parts)
 
 
-def render_section(result: Facts | ModelError, *, strict_by: str | None, many: bool) -> str:
-    """Return one model's text report, or its ERROR line; among `many`, under its name.
+def render_section(
+    result: Facts | ModelError, *, strict_by: str | None, skip: Sequence[Finding] | None = None
+) -> str:
+    """Return one model's text report, or its ERROR line; among several (`skip` given: the
+    findings said once above), under its name.
 
     `strict_by` names what made the run strict (`None`: it is not).
     """
@@ -81,12 +99,9 @@ def render_section(result: Facts | ModelError, *, strict_by: str | None, many: b
         lines = _rows([("model", result.model), ("seconds", f"{result.seconds:.2f}")])
         section = "\n".join([*lines, "", _wrap(f"ERROR: {result.message}")])
     else:
-        findings = diagnose(result)
-        strict = strict_by is not None
-        section = render_text(
-            result, findings, strict=strict, machine=not many, strict_by=strict_by or "--strict"
-        )
-    return f"\n=== {result.model} ===\n{section}" if many else section
+        findings = tuple(finding for finding in diagnose(result) if finding not in (skip or ()))
+        section = render_text(result, findings, strict_by=strict_by, machine=skip is None)
+    return section if skip is None else f"\n=== {result.model} ===\n{section}"
 
 
 def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> str:
@@ -113,13 +128,11 @@ def render_summary(results: Sequence[Facts | ModelError], *, strict: bool) -> st
 
 def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) -> dict[str, object]:
     """Return the report as one JSON-ready object with the same facts as the text."""
-    machine = {
-        key: list(value) if isinstance(value, tuple) else value
-        for key, value in dataclasses.asdict(facts.environment).items()
-        if key != "import_messages"
-    }
+    machine = json.loads(json.dumps(dataclasses.asdict(facts.environment)))  # lists, not tuples
+    del machine["import_messages"]
     torch_messages = machine.pop("torch_messages")
     return {
+        "schema_version": SCHEMA_VERSION,
         "verdict": verdict(facts),
         "summary": headline(facts),
         "exit_code": exit_code(facts, strict=strict),
@@ -153,6 +166,7 @@ def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) ->
 def render_json_error(error: ModelError) -> dict[str, object]:
     """Return a model the doctor could not check as a JSON-ready object (verdict `error`)."""
     return {
+        "schema_version": SCHEMA_VERSION,
         "verdict": "error",
         "summary": f"ERROR: {error.message}",
         "exit_code": 2,
@@ -174,6 +188,9 @@ def render_any_json(result: Facts | ModelError, *, strict: bool) -> dict[str, ob
 
 def _machine_rows(env: Environment) -> list[tuple[str, str]]:
     built = f"({env.torch_gpu_build})" if env.torch_gpu_build else "(CPU-only build)"
+    if env.torch_cudnn:
+        built = f"{built[:-1]}, cuDNN {env.torch_cudnn})"
+    ort_built = f" (built with {env.onnxruntime_build})" if env.onnxruntime_build else ""
     installed = ", ".join(
         str(dist) if dist.provides_module else f"{dist} (add-on)"
         for dist in env.installed_distributions
@@ -186,9 +203,16 @@ def _machine_rows(env: Environment) -> list[tuple[str, str]]:
             "torch",
             f"{env.torch_version} {built}, CUDA devices visible: {env.torch_cuda_device_count}",
         ),
-        ("onnxruntime", env.onnxruntime_version),
+        ("onnxruntime", env.onnxruntime_version + ort_built),
         ("installed", installed or "(pip lists no onnxruntime distribution)"),
         ("available providers", ", ".join(env.available_providers)),
+        ("GPUs", ", ".join(env.gpus) or "none (nvidia-smi lists none, or is not installed)"),
+        (
+            "CUDA_VISIBLE_DEVICES",
+            "(not set)" if env.cuda_visible_devices is None else repr(env.cuda_visible_devices),
+        ),
+        *[("CUDA libraries loaded", ", ".join(env.cuda_libraries_loaded))]
+        * bool(env.cuda_libraries_loaded),
     ]
 
 
@@ -211,12 +235,11 @@ def _provider_rows(facts: Facts) -> list[tuple[str, str]]:
     ]
 
 
-def _diagnosis_lines(facts: Facts, findings: tuple[Finding, ...]) -> list[str]:
-    """The numbered findings, each with its fix and link, under their heading."""
+def _diagnosis_lines(findings: Sequence[Finding], heading: str) -> list[str]:
+    """The numbered findings, each with its fix and link, under `heading`."""
     if not findings:
         return []
-    ok = verdict(facts) == "ok"
-    lines = ["", "Notes (the device needs no change):" if ok else "Diagnosis:"]
+    lines = ["", heading]
     for number, finding in enumerate(findings, start=1):
         lines.append(_wrap(finding.problem, indent=5, first=f"  {number}. "))
         lines.append(_wrap(f"Fix: {finding.fix}", indent=5, first="     "))
@@ -255,9 +278,10 @@ def _wrap(text: str, *, indent: int = 0, first: str = "") -> str:
     if not text.strip():
         return first.rstrip()
     text = re.sub(r"`[^`]+`", lambda span: span.group().replace(" ", "\u00a0"), text)
+    columns = shutil.get_terminal_size((88, 24)).columns  # 88 off a terminal
     filled = textwrap.fill(
         text,
-        width=max(88, indent + 40),
+        width=max(columns, indent + 20),
         initial_indent=first,
         subsequent_indent=" " * indent,
         break_long_words=False,

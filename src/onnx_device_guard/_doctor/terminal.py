@@ -1,18 +1,10 @@
 """What the command writes: the report on stdout, one-line errors on stderr, progress.
 
-A closed stdout pipe or a full disk becomes an exit status, never a traceback
-or Python's "Exception ignored" at exit; a closed stderr swallows errors rather
-than moving them to stdout; a closed descriptor 0, 1 or 2 is filled with
-/dev/null before a model file can take its number. Text the doctor did not
-write (input names, paths, onnxruntime's messages) could hold escapes that
-clear the screen or forge a verdict: `printable` escapes every control
-character but the newline, as the JSON report's escapes do.
-
-Colour marks the verdict words only, so the report stays plain text for a pipe,
-a file or a screen reader: on a terminal unless `NO_COLOR` is set (non-empty),
-off one when `FORCE_COLOR` is set, never with `--json`. Progress goes to stderr,
-only when it is a terminal. The standard library covers all of this; `rich`
-would cost a dependency and import time for tables and spinners unused here.
+Text the doctor did not write (paths, input names, onnxruntime's messages) is
+escaped, so it cannot drive the terminal or forge a line. A closed stdout is
+an exit status, never a traceback. Colour marks the verdict words only: on a
+terminal unless `NO_COLOR` is set, off one when `FORCE_COLOR` is, never with
+`--json`. Progress goes to stderr, when that is a terminal.
 """
 
 from __future__ import annotations
@@ -23,9 +15,6 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from typing import Any
-
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 _COLOURS: Mapping[str, str] = {
     "OK": "32",  # green
@@ -43,6 +32,14 @@ PIPE_CLOSED = 141
 """The exit status when the reader of stdout went away (128 + SIGPIPE, as other tools give)."""
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def escaped(text: str) -> str:
+    """`text` with every control character, the newline too, written as `\\xNN` (one line)."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
 def printable(text: str) -> str:
     """`text` with every control character but the newline escaped, as `\\x1b`.
 
@@ -51,7 +48,7 @@ def printable(text: str) -> str:
         >>> printable("x\\x1b[2J\\x07 ok\\nnext")
         'x\\\\x1b[2J\\\\x07 ok\\nnext'
     """
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    return "\n".join(map(escaped, text.split("\n")))
 
 
 def colour_wanted(is_terminal: bool, environ: Mapping[str, str] | None = None) -> bool:
@@ -94,16 +91,21 @@ class Progress:
                 descriptor = os.dup(2) if os.isatty(2) else None
         self._descriptor = descriptor
 
-    @property
-    def enabled(self) -> bool:
-        """Whether anything is shown."""
-        return self._descriptor is not None
+    def show(self, text: str, tail: str = "") -> None:
+        """Replace the progress line with `text` then `tail`, fitted to the terminal's width.
 
-    def show(self, text: str) -> None:
-        """Replace the progress line with `text` (cut to 79 characters)."""
-        line = printable(text)
-        self._write(f"\r\x1b[2K{line if len(line) <= 79 else line[:76] + '...'}")
-        self._shown = True
+        What does not fit is cut from the left of `tail` (a path's end tells files apart).
+        """
+        try:
+            width = os.get_terminal_size(self._descriptor or 0).columns - 1
+        except OSError:
+            width = 79
+        text, tail = printable(text), printable(tail)
+        if len(text) + len(tail) > width:
+            room = max(width - len(text) - 3, 0)
+            tail = "..." + tail[len(tail) - room :] if room else ""
+        self._shown = True  # first: Ctrl-C during the write must still clear it
+        self._write(f"\r\x1b[2K{(text + tail)[:width]}")
 
     def clear(self) -> None:
         """Remove the progress line, so the next output starts on a clean line."""
@@ -169,25 +171,8 @@ def say_error(line: str) -> None:
     if sys.stderr is None:
         return
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(printable(line).replace("\n", "\\x0a") + "\n")
+        sys.stderr.write(escaped(line) + "\n")
         sys.stderr.flush()
-
-
-def occupy_closed_standard_streams() -> None:
-    """Open /dev/null on a closed file descriptor 0, 1 or 2.
-
-    Otherwise the next file opened (a model, onnxruntime's log) would get
-    that number, and native writes to "stderr" would land in it.
-    """
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                opened = os.open(os.devnull, os.O_RDWR)
-                if opened != fd:
-                    os.dup2(opened, fd)
-                    os.close(opened)
 
 
 def tolerate_unencodable_output() -> None:
@@ -196,11 +181,3 @@ def tolerate_unencodable_output() -> None:
         if isinstance(stream, io.TextIOWrapper):
             with contextlib.suppress(ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")
-
-
-def is_terminal(stream: Any) -> bool:
-    """Whether `stream` is a terminal; `False` for a closed or odd one."""
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
-        return False
