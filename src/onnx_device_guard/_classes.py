@@ -1,14 +1,9 @@
-"""Guarding a class: align each instance once its outermost `__init__` has returned.
+"""Guarding a class in place: align each instance once its outermost `__init__` has returned.
 
-`guard_class` changes the class in place, so `isinstance` and pickling by
-reference keep working. It wraps the class's own `__init__` and, through
-`__init_subclass__`, that of every subclass, present and future, so a
-subclass that sets its session after `super().__init__()` is aligned when its
-own `__init__` returns. The outermost call is told by the ids of the
-instances under construction in this thread, so an `__init__` that builds
-another instance aligns that one on its own. What is installed refers only to
-the options, the original methods and module-level functions, so a class that
-cloudpickle carries by value (one defined in `__main__`) arrives guarded.
+The `__init__` of the class and of every subclass, present and future, is
+wrapped; the ids of the instances under construction in this thread tell the
+outermost call. What is installed refers only to the options, the original
+methods and module-level functions, so a class cloudpickled by value arrives guarded.
 """
 
 from __future__ import annotations
@@ -41,13 +36,7 @@ _constructing = threading.local()
 
 @dataclass
 class _ClassGuard:
-    """What guarding one class changed, so that `unguard_class` can put it back.
-
-    `init`, `init_subclass` and `new` are the class's own before guarding
-    (`None`: it had none, or `__new__` was not wrapped); `origin` is the patch
-    that guarded it, if one did; `subclass_inits` the subclasses whose own
-    `__init__` this guard wrapped, with the original.
-    """
+    """What guarding a class replaced, for `unguard_class` (`None`: it had no such method)."""
 
     options: GuardOptions
     init: Any
@@ -128,8 +117,7 @@ def restore(cls: type, name: str, value: Any) -> None:
 
 
 _SIGNATURES: weakref.WeakKeyDictionary[type, inspect.Signature | None] = weakref.WeakKeyDictionary()
-"""Each guarded class's constructor signature, read once: reading it costs more than the
-rest of a small model's check (magika's load: 2.4 % with it read at every load)."""
+"""Each guarded class's constructor signature, read once: reading it costs more than the check."""
 
 
 def read_signature(factory: Callable[..., Any]) -> inspect.Signature | None:
