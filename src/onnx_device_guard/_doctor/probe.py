@@ -1,9 +1,4 @@
-"""Probing the live machine for `doctor`: torch, onnxruntime, each model's session and run.
-
-`environment` collects the machine's facts once; `check_model` creates one
-model's session, aligns the device through the core and runs the test
-inference. Bad input raises `ModelInputError` with a one-line message.
-"""
+"""Probing the live machine for `doctor`: torch, onnxruntime, each model's session and run."""
 
 from __future__ import annotations
 
@@ -103,10 +98,7 @@ GRACE_SECONDS = 5.0
 
 
 def environment() -> tuple[Environment, Any]:
-    """Probe Python, torch and onnxruntime once; return the facts and the onnxruntime module.
-
-    Raises `ModelInputError` if onnxruntime cannot be imported.
-    """
+    """Probe Python, torch and onnxruntime once; return the facts and the onnxruntime module."""
     from .. import __version__
 
     with captured_output() as on_import:
@@ -135,11 +127,7 @@ def environment() -> tuple[Environment, Any]:
 
 
 def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) -> Facts:
-    """Create `model`'s session (`None`: the tiny model), align the device, run the inference.
-
-    `wait` is called with the seconds spent while the inference runs. Raises
-    `ModelInputError` if the model file is missing, unreadable or not an ONNX model.
-    """
+    """Create `model`'s session (`None`: the tiny model), align the device, run the inference."""
     started = time.perf_counter()
     label, session, on_creation = _open(check.ort, model, check.providers)
     aligned, mismatch = align(session, check.device, check.fallback)
@@ -194,23 +182,14 @@ def _open(
 def align(
     session: object, device: torch.device, fallback: torch.device | str = "cpu"
 ) -> tuple[torch.device, Mismatch | None]:
-    """Align `device` with `session` through the library's core, in `"fallback"` mode.
-
-    A fallback goes to `fallback` (the library's `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`).
-    Returns the aligned device and, when it differs from `device`, the core's
-    explanation of the mismatch. Nothing is logged: the report says it all.
-    """
+    """The core's aligned device, in `"fallback"` mode and unlogged, and the mismatch if any."""
     with device_policy(warn=False):
         aligned = align_device_with_onnx_session(session, device, "fallback", fallback)
     return aligned, (find_mismatch(session, device) if aligned != device else None)
 
 
 def import_onnxruntime() -> Any:
-    """Import and return onnxruntime, or raise `ModelInputError` saying why not in one line.
-
-    That covers whatever the import raises: a missing module, a native library
-    that does not load, a broken package raising `RuntimeError`.
-    """
+    """Import and return onnxruntime, or raise `ModelInputError` saying why not in one line."""
     try:
         import onnxruntime
     except ImportError as error:
@@ -238,10 +217,7 @@ def import_onnxruntime() -> Any:
 def onnxruntime_distributions(
     distributions: Iterable[metadata.Distribution] | None = None,
 ) -> tuple[InstalledDistribution, ...]:
-    """The installed distributions named `onnxruntime*` or `ort-nightly*`, each once, sorted.
-
-    Names are normalised: `onnxruntime_gpu` is `onnxruntime-gpu`.
-    """
+    """The installed distributions named `onnxruntime*` or `ort-nightly*`, normalised, sorted."""
     found: dict[str, InstalledDistribution] = {}
     for dist in metadata.distributions() if distributions is None else distributions:
         raw = next(iter(dist.metadata.get_all("Name") or []), None)
@@ -262,12 +238,7 @@ def _provides_module(dist: metadata.Distribution, name: str) -> bool:
 
 
 def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
-    """Raise `ModelInputError` for a provider name onnxruntime does not know.
-
-    `known` is `onnxruntime.get_all_providers()`; the GPU-capable providers
-    count as known too, since not every build lists them. The message suggests
-    the closest known name.
-    """
+    """Raise `ModelInputError` for a provider name neither `known` nor GPU-capable."""
     every = sorted({*known, *GPU_CAPABLE_EXECUTION_PROVIDERS})
     for name in names:
         if name not in every:
@@ -278,20 +249,7 @@ def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
 
 
 def suggest_provider(name: str, known: Iterable[str]) -> str | None:
-    """Return the known provider name closest to `name`, or `None` if none is close.
-
-    Case and the `ExecutionProvider` suffix (`cuda`) are forgiven before spelling.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.probe import suggest_provider
-        >>> known = ["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"]
-        >>> suggest_provider("CUDAExecutonProvider", known)
-        'CUDAExecutionProvider'
-        >>> suggest_provider("cuda", known)
-        'CUDAExecutionProvider'
-        >>> suggest_provider("banana", known) is None
-        True
-    """
+    """The known name closest to `name` (case and `ExecutionProvider` forgiven), or `None`."""
     by_key = {provider.lower(): provider for provider in known}
     forgiven = {
         **{key.removesuffix("executionprovider"): real for key, real in by_key.items()},
@@ -310,11 +268,7 @@ EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 def create_session(
     ort: Any, model: ModelBytes, label: str, providers: Sequence[ProviderSpec]
 ) -> tuple[Any, Captured]:
-    """Create the session as a program would; return it and what onnxruntime said meanwhile.
-
-    The model goes as the bytes read and checked once, with the folder its
-    external data lies in. Raises `ModelInputError` if no session can be created.
-    """
+    """Create the session from the checked bytes; return it and what onnxruntime said."""
     arguments = [(name, dict(options)) if options else name for name, options in providers]
     session_options = ort.SessionOptions()
     if model.folder is not None:
@@ -333,9 +287,6 @@ _CPP_NOISE = re.compile(r"^.*?\b(?:Load model from \S+ failed|failed):\s*", re.D
 
 def session_error(label: str, error: BaseException, model: ModelBytes | None = None) -> str:
     """Say in one line why onnxruntime could not create a session for `label`.
-
-    The reason onnxruntime gives is kept whole (up to a generous cut) and the
-    C++ signature and call location before it are dropped.
 
     Examples:
         >>> from onnx_device_guard._doctor.probe import session_error
@@ -416,11 +367,7 @@ def run_inference(
     options: InferenceOptions | None = None,
     run_options: Any = None,
 ) -> InferenceCheck:
-    """Run the session on `device` with inputs that fit, searching if need be; never raise.
-
-    On CUDA the session reads torch's tensors in place (IO binding), as a model would;
-    elsewhere `session.run` gets NumPy copies. Only a failure on the device is `failed`.
-    """
+    """Run the session on `device` with inputs that fit, searching if need be; never raise."""
     if device.type == "meta":
         return InferenceCheck("skipped", "tensors on 'meta' hold no data, so nothing can run there")
     try:
@@ -445,7 +392,6 @@ class _Run:
 
     @property
     def how(self) -> str:
-        """The call that runs the session: IO binding on CUDA, `run` elsewhere."""
         return "run_with_iobinding" if self.device.type == "cuda" else "InferenceSession.run"
 
     def search(self, inputs: Sequence[ModelInput], options: InferenceOptions) -> InferenceCheck:
