@@ -92,6 +92,31 @@ class TestClassesThatCannotBeBuilt:
         assert device_guard(Model)().device == "cpu"
 
 
+class TestNothingKeptAlive:
+    @pytest.mark.parametrize("slots", [False, True], ids=["plain", "slots"])
+    def test_classes_made_per_load_are_collected(self, slots: bool) -> None:
+        """Models waiting for sessions opened later, and __slots__ ones, keep no class alive."""
+        import gc
+        import weakref
+
+        classes: list[weakref.ref[type]] = []
+
+        def load() -> Any:
+            namespace: dict[str, Any] = {"__slots__": ("device",)} if slots else {}
+            cls = type("PerLoad", (), namespace)
+            classes.append(weakref.ref(cls))
+            model = cls()
+            model.device = "cuda"
+            return model
+
+        guarded = device_guard(load)
+        with recorded_logs():
+            for _ in range(50):
+                guarded()
+        gc.collect()
+        assert [reference for reference in classes if reference() is not None] == []
+
+
 class TestTextFromOutside:
     def test_a_huge_value_is_cut_before_it_is_written(self) -> None:
         """A list of 200 one-megabyte names is cut while its repr is written."""
@@ -141,6 +166,26 @@ class TestPatchesThatNeverApply:
         finally:
             handle.undo()
             sys.modules.pop("round3_pkg", None)
+
+    def test_a_patch_whose_import_failed_releases_the_hooks_once(
+        self, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """undo() after a failed import does not release the session hooks a second time."""
+        import importlib
+        import sys
+
+        from onnx_device_guard import ModelInputError, _births, patch
+
+        (tmp_path / "round3_twice").mkdir()
+        (tmp_path / "round3_twice" / "__init__.py").write_text("x = 1\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        users = _births._users
+        handle = patch("round3_twice:load")
+        with pytest.raises(ModelInputError):
+            importlib.import_module("round3_twice")
+        handle.undo()
+        sys.modules.pop("round3_twice", None)
+        assert _births._users == users
 
 
 class TestTheWarningsLine:

@@ -268,7 +268,7 @@ class Patch:
                 installation.stop()
                 if _installed.get(installation.target) is installation:
                     del _installed[installation.target]
-                release()
+                    release()  # else released when its import failed
 
     def __enter__(self) -> Patch:
         return self
