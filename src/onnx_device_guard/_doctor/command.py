@@ -1,9 +1,6 @@
 """The doctor's run, from the options typed to the exit status.
 
-First what can be checked before a model runs (options, environment,
-providers, the names `--input` and `--dim` give); then each model, with
-progress on a terminal's stderr; then the report. A refused option is one
-line on stderr and exit status 2, with nothing on stdout.
+First what can be checked before a model runs, then each model, then the report.
 """
 
 from __future__ import annotations
@@ -121,19 +118,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 
 def parse_device(text: str) -> torch.device:
-    """Return `--device`'s value as a `device`, or raise `ModelInputError`.
-
-    The value goes through the library's `as_device`, so the doctor refuses
-    exactly what the core refuses.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.command import parse_device
-        >>> parse_device("cuda:1")
-        device(type='cuda', index=1)
-        >>> parse_device("cuda:999")
-        Traceback (most recent call last):
-        onnx_device_guard.ModelInputError: --device='cuda:999' has device index 999, which ...
-    """
+    """Return `--device`'s value as a `device`, refusing what the core's `as_device` refuses."""
     try:
         return as_device(text, "--device")
     except ModelInputError as error:
@@ -146,21 +131,7 @@ def parse_device(text: str) -> torch.device:
 
 
 def parse_provider(text: str) -> ProviderSpec:
-    """Return `--providers`' `NAME[:KEY=VALUE,...]` as a name and its options.
-
-    The options go to onnxruntime as they are, but a `device_id` on a
-    provider without a device of its own is refused.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.command import parse_provider
-        >>> parse_provider("CUDAExecutionProvider:device_id=1")
-        ('CUDAExecutionProvider', {'device_id': '1'})
-        >>> parse_provider("CPUExecutionProvider")
-        ('CPUExecutionProvider', {})
-        >>> parse_provider("CPUExecutionProvider:device_id=1")
-        Traceback (most recent call last):
-        onnx_device_guard.ModelInputError: --providers 'CPUExecutionProvider:device_id=1': ...
-    """
+    """Return `--providers`' `NAME[:KEY=VALUE,...]` as a name and its options."""
     name, _, rest = text.partition(":")
     name = name.strip()
     if not text.strip():
@@ -193,11 +164,7 @@ def parse_provider(text: str) -> ProviderSpec:
 
 
 def check_names(plan: Plan) -> None:
-    """Raise `ModelInputError` for an `--input` or `--dim` that does not fit the models.
-
-    The models' declared inputs are read before anything runs; a model that
-    cannot be read is left to its own check, which says why.
-    """
+    """Raise `ModelInputError` for an `--input` or `--dim` that does not fit the models."""
     inputs: dict[str, None] = {}  # in declaration order, each once
     dims: dict[str, None] = {}
     read_any = False

@@ -1,10 +1,7 @@
 """What the command writes: the report on stdout, one-line errors on stderr, progress.
 
 Text the doctor did not write (paths, input names, onnxruntime's messages) is
-escaped, so it cannot drive the terminal or forge a line. A closed stdout is
-an exit status, never a traceback. Colour marks the verdict words only: on a
-terminal unless `NO_COLOR` is set, off one when `FORCE_COLOR` is, never with
-`--json`. Progress goes to stderr, when that is a terminal.
+escaped, so it cannot drive the terminal or forge a line.
 """
 
 from __future__ import annotations
@@ -41,47 +38,26 @@ def escaped(text: str) -> str:
 
 
 def printable(text: str) -> str:
-    """`text` with every control character but the newline escaped, as `\\x1b`.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.terminal import printable
-        >>> printable("x\\x1b[2J\\x07 ok\\nnext")
-        'x\\\\x1b[2J\\\\x07 ok\\nnext'
-    """
+    """`text` with every control character but the newline escaped, as `\\x1b`."""
     return "\n".join(map(escaped, text.split("\n")))
 
 
 def colour_wanted(is_terminal: bool, environ: Mapping[str, str] | None = None) -> bool:
-    """Whether to colour a report: `NO_COLOR` wins, then `FORCE_COLOR`, then the terminal.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.terminal import colour_wanted
-        >>> colour_wanted(True, {}), colour_wanted(False, {"FORCE_COLOR": "1"})
-        (True, True)
-        >>> colour_wanted(True, {"NO_COLOR": "1", "FORCE_COLOR": "1"})
-        False
-    """
+    """Whether to colour a report: `NO_COLOR` wins, then `FORCE_COLOR`, then the terminal."""
     environ = os.environ if environ is None else environ
     return not environ.get("NO_COLOR") and (bool(environ.get("FORCE_COLOR")) or is_terminal)
 
 
 def paint(report: str) -> str:
-    """Colour the verdict word that starts a line (`OK:`, `FAILED:`...) of `report`.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.terminal import paint
-        >>> paint("  model  m.onnx\\nOK: fine.")
-        '  model  m.onnx\\n\\x1b[32mOK\\x1b[0m: fine.'
-    """
+    """Colour the verdict word that starts a line (`OK:`, `FAILED:`...) of `report`."""
     return _VERDICT.sub(lambda match: f"\x1b[{_COLOURS[match[1]]}m{match[1]}\x1b[0m:", report)
 
 
 class Progress:
     """One line of progress on the terminal's stderr, rewritten in place and cleared at the end.
 
-    It writes to its own copy of file descriptor 2, taken when it is made,
-    since the doctor sends descriptor 2 elsewhere while onnxruntime works.
-    When stderr is not a terminal it does nothing.
+    Off a terminal it does nothing; it writes to its own copy of descriptor 2, which the
+    capture of onnxruntime's log takes over.
     """
 
     def __init__(self, descriptor: int | None = None) -> None:
@@ -92,10 +68,7 @@ class Progress:
         self._descriptor = descriptor
 
     def show(self, text: str, tail: str = "") -> None:
-        """Replace the progress line with `text` then `tail`, fitted to the terminal's width.
-
-        What does not fit is cut from the left of `tail` (a path's end tells files apart).
-        """
+        """Replace the progress line with `text` then `tail`, cut from the left to fit."""
         try:
             width = os.get_terminal_size(self._descriptor or 0).columns - 1
         except OSError:
@@ -141,9 +114,7 @@ class OutputError(Exception):
 def write_out(text: str) -> None:
     """Write `text` to stdout and flush; raise `OutputError` when stdout cannot take it.
 
-    Then stdout points at /dev/null, dropping what was buffered (nobody can
-    read it any more), so that Python's own flush at exit has nothing to
-    complain of.
+    Then stdout points at /dev/null, so that Python's flush at exit has nothing to complain of.
     """
     if sys.stdout is None:
         say_error(f"{PREFIX} cannot write the report: stdout is closed")
@@ -164,10 +135,7 @@ def write_out(text: str) -> None:
 
 
 def say_error(line: str) -> None:
-    """Write one line to stderr, control characters (newlines too) escaped; if closed, nothing.
-
-    Nothing goes to stdout instead.
-    """
+    """Write one line to stderr, control characters (newlines too) escaped; if closed, nothing."""
     if sys.stderr is None:
         return
     with contextlib.suppress(OSError, ValueError):
