@@ -1,9 +1,5 @@
-"""What onnxruntime says while the doctor works: captured, cleaned, deduplicated.
-
-Its warnings, the banner of a retried session and its C++ log (written to
-file descriptor 2) are kept off the terminal; the report gives each message
-about providers, devices or the failure once.
-"""
+"""What onnxruntime says while the doctor works (warnings, printed lines, its C++ log on
+file descriptor 2): kept off the terminal, cleaned, each relevant message given once."""
 
 from __future__ import annotations
 
@@ -63,18 +59,8 @@ class Captured:
 def clean_messages(messages: Iterable[str], *, known: Iterable[str] = ()) -> tuple[list[str], int]:
     """Keep each message about providers, devices or a failure once; count the others.
 
-    Returns the messages kept, in order, and how many were left out as
-    unrelated; those said elsewhere in the report (`known`, such as the
-    inference's own error) are dropped and not counted.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.capture import clean_messages
-        >>> clean_messages([
-        ...     "Specified provider 'CUDAExecutionProvider' is not in available provider names.",
-        ...     "Specified provider 'CUDAExecutionProvider' is not in available provider names.",
-        ...     "[W:onnxruntime:, graph.cc:1 f] Removing initializer 'w'. It is not used.",
-        ... ])
-        (["Specified provider 'CUDAExecutionProvider' is not in available provider names."], 1)
+    Those said elsewhere in the report (`known`, such as the inference's own error)
+    are dropped and not counted.
     """
     known_keys = [_key(text) for text in known]
     said = set(known_keys)
@@ -102,8 +88,7 @@ def _key(message: str) -> str:
 def captured_output() -> Iterator[Captured]:
     """Capture warnings, `print` output and native writes to file descriptor 2.
 
-    `warnings.catch_warnings` swaps process-wide state: this is for the
-    command line, which runs in one thread.
+    Not thread-safe (`warnings.catch_warnings`): for the command line, which has one thread.
     """
     captured = Captured()
     printed = io.StringIO()

@@ -1,8 +1,4 @@
-"""The records the doctor fills in: the machine, each model's session and its inference.
-
-Everything else in the doctor reads or writes these records; nothing here
-touches torch's devices or onnxruntime.
-"""
+"""The records the doctor fills in: the machine, each model's session and its inference."""
 
 from __future__ import annotations
 
@@ -16,13 +12,7 @@ import torch
 from .._alignment import Mismatch
 
 InferenceStatus = Literal["ok", "failed", "inconclusive", "skipped"]
-"""How the test inference went.
-
-`ok`: it completed. `failed`: on the device (a binding, copy or provider
-error). `inconclusive`: the model's own operators refused every input tried,
-or the inputs would be too large; the device answer holds. `skipped`: not
-attempted (`--no-inference`, or an input type torch cannot make).
-"""
+"""How the test inference went (docs/doctor.md says what each means)."""
 
 Verdict = Literal["ok", "fallback", "inconclusive", "failed"]
 """The doctor's conclusion for one model, as the report's verdict line starts."""
@@ -30,15 +20,12 @@ Verdict = Literal["ok", "fallback", "inconclusive", "failed"]
 
 @dataclass(frozen=True)
 class InstalledDistribution:
-    """An installed distribution whose name starts with `onnxruntime` (or `ort-nightly`).
-
-    `provides_module`: it installs the `onnxruntime` module itself (`onnxruntime-gpu`...),
-    not an add-on (`onnxruntime-extensions`, `onnxruntime-genai`).
-    """
+    """An installed distribution whose name starts with `onnxruntime` (or `ort-nightly`)."""
 
     name: str
     version: str
     provides_module: bool = True
+    """It installs the `onnxruntime` module itself, not an add-on (`onnxruntime-genai`)."""
 
     def __str__(self) -> str:
         return f"{self.name} {self.version}"
@@ -94,10 +81,7 @@ class Environment:
 
 @dataclass(frozen=True)
 class Facts:
-    """Everything the doctor learned about the machine, one model's session and the device.
-
-    The diagnosis and both renderings are computed from this record alone.
-    """
+    """Everything the doctor learned about the machine, one model's session and the device."""
 
     model: str
     """The model file, or a description of the packaged tiny model."""

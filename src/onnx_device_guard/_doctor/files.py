@@ -1,8 +1,7 @@
 """Finding the model files the user named, and refusing what is not one, without hanging.
 
 What the file system refuses is a one-line `ModelInputError`, never a
-traceback or a read that never returns (a FIFO, a device). A model file is
-opened once, without blocking; folders are walked without recursion.
+traceback or a read that never returns (a FIFO, a device).
 """
 
 from __future__ import annotations
@@ -81,11 +80,7 @@ def _stat(path: Path) -> os.stat_result:
 
 @dataclass(frozen=True)
 class ModelBytes:
-    """A model file's content, read once, and the folder its external data lies in.
-
-    `folder` is `None` when the folder's name is not valid UTF-8, which
-    onnxruntime cannot be given.
-    """
+    """A model file's content, read once, and its external data's folder (`None`: not UTF-8)."""
 
     content: bytes
     folder: str | None
@@ -94,9 +89,8 @@ class ModelBytes:
 def read_model_file(path: Path) -> ModelBytes:
     """Read `path` once and return its content; raise `ModelInputError` unless it is a model.
 
-    The file is opened once, without blocking, and what was opened is checked
-    with `fstat`: a FIFO, socket or device is refused, even one swapped in
-    after an earlier look, and onnxruntime gets the bytes checked here.
+    What was opened, without blocking, is checked with `fstat`, so a FIFO swapped in
+    after an earlier look is refused too.
     """
     _stat(path)  # the clearest message for a missing or unreachable path
     shown = display_path(path)
@@ -143,9 +137,7 @@ def is_directory(path: Path) -> bool:
 def expand(paths: Sequence[Path]) -> list[Path | ModelError]:
     """The model files behind `paths`: files as given, folders searched for `*.onnx`.
 
-    A folder is searched recursively, its files sorted; a folder without a
-    model, or that cannot be listed, becomes a `ModelError`. Files are checked
-    later, one by one, so one broken model does not stop the others.
+    A folder without a model, or that cannot be listed, becomes a `ModelError`.
     """
     found: list[Path | ModelError] = []
     for path in paths:
@@ -159,10 +151,9 @@ def expand(paths: Sequence[Path]) -> list[Path | ModelError]:
 
 
 def _walk(top: Path) -> Iterator[Path | ModelError]:
-    """The model files under `top`, depth first and sorted by name, without recursion.
+    """The model files under `top`, depth first and sorted, from a stack (no recursion limit).
 
-    What is still to be looked at waits on a stack, so a tree of any depth is
-    walked; symbolic links to folders are not followed (no loops).
+    Symbolic links to folders are not followed (no loops).
     """
     pending: list[Path | os.DirEntry[str]] = [top]
     while pending:

@@ -1,7 +1,6 @@
 """The GPU facts people ask for first: GPUs, driver, CUDA and cuDNN builds, loaded libraries.
 
-The same facts `python -m torch.utils.collect_env` gives, each read the
-cheapest way there is, and `None` (or empty) where this machine has none.
+Each is read the cheapest way there is, and `None` (or empty) where this machine has none.
 """
 
 from __future__ import annotations
@@ -17,11 +16,7 @@ _LIBRARY = re.compile(r"/(lib(?:cudart|cudnn|cublas|cublasLt|nvinfer)\.so[.\d]*)
 
 
 def gpu_facts(ort: Any) -> dict[str, Any]:
-    """The GPU facts, as `Environment`'s fields; onnxruntime's build info is read from `ort`.
-
-    `gpus`: each GPU `nvidia-smi` lists, with its driver; `onnxruntime_build`: the
-    CUDA and cuDNN versions onnxruntime was built with (its build info).
-    """
+    """The GPU facts, as `Environment`'s fields; onnxruntime's build info is read from `ort`."""
     build = getattr(getattr(ort, "capi", None), "build_and_package_info", None)
     built = [
         f"{label} {version}"
@@ -54,10 +49,7 @@ def _nvidia_smi() -> list[str]:
 
 
 def loaded_cuda_libraries(maps: str = "/proc/self/maps") -> tuple[str, ...]:
-    """The CUDA, cuDNN, cuBLAS and TensorRT libraries this process has loaded, by file name.
-
-    Read from `/proc/self/maps` (Linux); none elsewhere.
-    """
+    """The CUDA, cuDNN, cuBLAS and TensorRT libraries loaded, from `maps` (none off Linux)."""
     try:
         with open(maps, encoding="utf-8", errors="replace") as lines:
             found = {match[1] for line in lines if (match := _LIBRARY.search(line.rstrip()))}

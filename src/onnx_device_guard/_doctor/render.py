@@ -1,9 +1,4 @@
-"""The doctor's reports: the text a person reads and the JSON a script reads.
-
-One model gives one report (the machine's facts, the model's, the verdict
-and the numbered diagnosis). Several give the machine's facts once, a
-section per model and a summary table.
-"""
+"""The doctor's reports: the text a person reads and the JSON a script reads."""
 
 from __future__ import annotations
 
@@ -36,8 +31,8 @@ def render_text(
 ) -> str:
     """Return the report a person reads: aligned facts, the verdict, numbered fixes.
 
-    `strict_by` names what made the run strict (the option, the environment; `None`:
-    it is not). `machine=False` leaves out the machine's facts, said once above.
+    `strict_by` names what made the run strict (`None`: it is not); `machine=False` leaves
+    out the machine's facts, said once above.
     """
     lines = _rows(
         [
@@ -91,10 +86,7 @@ def render_section(
     result: Facts | ModelError, *, strict_by: str | None, skip: Sequence[Finding] | None = None
 ) -> str:
     """Return one model's text report, or its ERROR line; among several (`skip` given: the
-    findings said once above), under its name.
-
-    `strict_by` names what made the run strict (`None`: it is not).
-    """
+    findings said once above), under its name."""
     if isinstance(result, ModelError):
         lines = _rows([("model", result.model), ("seconds", f"{result.seconds:.2f}")])
         section = "\n".join([*lines, "", _wrap(f"ERROR: {result.message}")])
@@ -181,9 +173,6 @@ def render_any_json(result: Facts | ModelError, *, strict: bool) -> dict[str, ob
     if isinstance(result, ModelError):
         return render_json_error(result)
     return render_json(result, diagnose(result), strict=strict)
-
-
-# Helpers.
 
 
 def _machine_rows(env: Environment) -> list[tuple[str, str]]:
