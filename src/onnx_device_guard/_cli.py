@@ -1,12 +1,7 @@
 """The `onnx-device-guard` command line: `doctor`, and `run`, which runs a program watched.
 
-`main` parses the arguments and hands them to the doctor's `command`,
-which checks each model and returns the exit status. Bad input is one line
-on stderr and exit status 2, never a traceback; a closed output pipe ends
-the command quietly; Ctrl-C ends it with one line and status 130.
-
-Nothing heavy is imported here: torch and onnxruntime load only when the
-doctor runs, so `--help` and `--version` answer at once.
+Bad input is one line on stderr and exit status 2, never a traceback. Nothing heavy
+is imported here, so `--help` and `--version` answer at once.
 """
 
 from __future__ import annotations
