@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 _HELP = help_url("troubleshooting", "no-data-transfer-registered")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Birth:
     """What one session was asked for when it was created, and what it got."""
 
@@ -362,22 +362,24 @@ def _born(session: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Non
 
 def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birth:
     """Read what `InferenceSession(*args, **kwargs)` asked for, and what `session` got."""
-    names = ("path_or_bytes", "sess_options", "providers", "provider_options")
-    given = dict(zip(names, args, strict=False)) | kwargs
-    providers, options = given.get("providers"), given.get("provider_options")
+    source, sess_options, providers, options = (*args, None, None, None, None)[:4]
+    if kwargs:
+        source = kwargs.get("path_or_bytes", source)
+        sess_options = kwargs.get("sess_options", sess_options)
+        providers = kwargs.get("providers", providers)
+        options = kwargs.get("provider_options", options)
     asked: list[tuple[str, Mapping[str, Any]]] = [
         provider if isinstance(provider, tuple) else (provider, options[n] if options else {})
         for n, provider in enumerate(providers or ())
     ]
-    if not providers and given.get("sess_options") is not None:
-        asked = _ADDED.get(given["sess_options"], [])
+    if not providers and sess_options is not None:
+        asked = _ADDED.get(sess_options, [])
     gpu = [(name, option) for name, option in asked if name in GPU_CAPABLE_EXECUTION_PROVIDERS]
     device_id = parse_device_id(gpu[0][1].get("device_id", 0)) if gpu else 0
-    source = given.get("path_or_bytes")
     if isinstance(source, bytes):
         file = f"<a model of {len(source)} bytes>"
-    else:
-        file = short_repr(os.fspath(source) if source is not None else None).strip("'")
+    else:  # escaped where it is shown
+        file = str(os.fspath(source)) if source is not None else "<no model>"
     got = tuple(session.get_providers())
     return Birth(file, tuple(name for name, _ in gpu), device_id or 0, got)
 
@@ -413,7 +415,8 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
     mode, fallback, warn = in_force(settings or Settings())
     provider = birth.asked[0]
     problem = (
-        f"onnxruntime dropped {provider} for the session of {birth.file!r}: it asked for "
+        f"onnxruntime dropped {provider} for the session of {short_repr(birth.file, 200)}: "
+        "it asked for "
         f"{list(birth.asked)} and runs only {short_repr(list(birth.got), 200)}, so it cannot "
         f"read tensors on {birth.device!r}. {why_dropped(provider)}"
     )
@@ -429,7 +432,7 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
         extra={
             "odg_event": "fallback",
             "odg_reason": "provider_dropped",
-            "odg_model_file": birth.file,
+            "odg_model_file": short_repr(birth.file, 400)[1:-1],
             "odg_asked_providers": list(birth.asked),
             "odg_providers": list(birth.got),
             "odg_requested_device": birth.device,
