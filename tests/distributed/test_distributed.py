@@ -13,6 +13,7 @@ reported; each failed on 8bf0313, the code the issue was filed against.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
@@ -72,9 +73,10 @@ def _python_path() -> str:
 # ---------------------------------------------------------------- clusters
 
 
-@pytest.fixture(scope="module")
-def ray_module() -> Iterator[Any]:
-    """One local Ray cluster (2 CPUs, no dashboard) for the module; workers see this project."""
+@contextlib.contextmanager
+def local_ray(setup_hook: object) -> Iterator[Any]:
+    """One local Ray cluster (2 CPUs, no dashboard) whose every worker process runs
+    ``setup_hook`` and sees this project."""
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = _python_path()  # the raylet, and so each worker, inherits it
     ray.init(
@@ -82,8 +84,7 @@ def ray_module() -> Iterator[Any]:
         include_dashboard=False,
         log_to_driver=True,
         logging_level=logging.ERROR,
-        # Patch in every worker process of this job (the recipe in distributed.md).
-        runtime_env={"worker_process_setup_hook": df.patch_hooked},
+        runtime_env={"worker_process_setup_hook": setup_hook},
     )
     try:
         yield ray
@@ -93,6 +94,13 @@ def ray_module() -> Iterator[Any]:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+
+
+@pytest.fixture(scope="module")
+def ray_module() -> Iterator[Any]:
+    """Ray for the module; every worker patches (the recipe in distributed.md)."""
+    with local_ray(df.patch_hooked) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")

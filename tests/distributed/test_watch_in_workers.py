@@ -38,7 +38,7 @@ import onnx_device_guard
 from onnx_device_guard import DeviceFallbackWarning, EnvironmentConfigurationError
 
 from . import watch_tasks as wt
-from .test_distributed import wait_for
+from .test_distributed import local_ray, wait_for
 
 # As in test_distributed.py: without it, Ray holds back a line that another
 # worker printed in the last 5 s. Ray reads it when it is imported.
@@ -89,23 +89,8 @@ def assert_fell_back(result: tuple[list[str], list[tuple[str, str]], int]) -> No
 @pytest.fixture(scope="module")
 def ray_watched() -> Iterator[Any]:
     """One local Ray cluster (2 CPUs) whose every worker process runs the one-liner's hook."""
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = _python_path()  # the raylet, and so each worker, inherits it
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=True,
-        logging_level=logging.ERROR,
-        runtime_env={"worker_process_setup_hook": HOOK},
-    )
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+    with local_ray(HOOK) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
