@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -34,9 +36,10 @@ class Browser:
     def __init__(self, executable: str) -> None:
         to_child, self._to_browser = os.pipe()
         self._from_browser, from_child = os.pipe()
-        self._profile = tempfile.TemporaryDirectory()
+        self._profile = tempfile.TemporaryDirectory(ignore_cleanup_errors=True)
 
         def descriptors() -> None:
+            os.setsid()  # its own process group, so close() ends its helpers too
             os.dup2(to_child, 3)
             os.dup2(from_child, 4)
 
@@ -91,12 +94,17 @@ class Browser:
             self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
     def close(self) -> None:
-        """End the browser and remove its profile."""
-        self._process.kill()
+        """End the browser and every helper process it started, then remove its profile."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait(timeout=30)
         os.close(self._to_browser)
         os.close(self._from_browser)
-        self._profile.cleanup()
+        for _ in range(50):  # a helper may still be exiting, writing its last files
+            self._profile.cleanup()
+            if not os.path.exists(self._profile.name):
+                break
+            time.sleep(0.1)
 
     def _receive(self) -> dict[str, Any]:
         while b"\0" not in self._buffer:
