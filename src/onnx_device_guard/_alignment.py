@@ -337,13 +337,26 @@ def warn_at_caller(text: str, *packages: str) -> None:
     """Warn with `text` at the first frame outside this library, its helpers and `packages`."""
     names = ("onnxruntime", "wrapt", "asyncio", *packages)
     skipped = (_OWN_FILES, *(_files_of(name) for name in names))
-    if sys.version_info >= (3, 12):
-        warnings.warn(text, DeviceFallbackWarning, skip_file_prefixes=skipped)
+    frame = inspect.currentframe()
+    # The frame is found here and the warning issued there, as warnings.warn itself does:
+    # skip_file_prefixes (3.12+) starts counting one frame up and then skips too little.
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(skipped)
+        or "importlib._bootstrap" in frame.f_code.co_filename
+    ):
+        frame = frame.f_back
+    if frame is None:
+        warnings.warn(text, DeviceFallbackWarning, stacklevel=2)
         return
-    level, frame = 1, inspect.currentframe()
-    while frame is not None and frame.f_code.co_filename.startswith(skipped):
-        level, frame = level + 1, frame.f_back
-    warnings.warn(text, DeviceFallbackWarning, stacklevel=level)
+    scope = frame.f_globals
+    warnings.warn_explicit(
+        text,
+        DeviceFallbackWarning,
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module=scope.get("__name__", "<string>"),
+        registry=scope.setdefault("__warningregistry__", {}),
+    )
 
 
 def aligned_device(
