@@ -8,7 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 SET_UP = README[README.index("## Set up") : README.index("## Quickstart")]
-COMMANDS = re.findall(r"^```sh\n(.*)\n```", SET_UP, re.MULTILINE)
+COMMANDS = re.findall(r"^```console\n\$ (.*)\n```", SET_UP, re.MULTILINE)
 
 
 class TestSetUp:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import sys
 import threading
@@ -427,7 +428,7 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
     if warn:
         warn_at_caller(text)
     logger.log(
-        30 if warn else 10,
+        logging.WARNING if warn else logging.DEBUG,
         text,
         extra={
             "odg_event": "fallback",
