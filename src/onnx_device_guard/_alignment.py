@@ -16,7 +16,7 @@ import torch
 from ._devices import DeviceLike, as_device, cuda_index, is_cuda
 from ._errors import DeviceFallbackWarning, EnvironmentConfigurationError, ModelInputError, help_url
 from ._messages import logger, short_repr
-from ._options import DeviceMismatchResolutionMode, check_mode
+from ._options import DeviceMismatchResolutionMode, Resolved, Settings, check_mode
 from ._policy import current_policy, device_policy
 from ._providers import effective_providers, first_gpu_provider, provider_device_id, require_session
 
@@ -167,10 +167,9 @@ def align_device_with_onnx_session(
     mismatch = find_mismatch(session, requested)
     if mismatch is None:  # the common case, kept short
         return requested
-    mode = mode or policy.resolution_mode
-    aligned = _resolve(session, mismatch, mode, fallback or policy.fallback_device)  # type: ignore[arg-type]
-    if policy.warn or logger.isEnabledFor(logging.DEBUG):
-        report_fallback(Fallback(requested, aligned, (mismatch,)), policy.warn)  # type: ignore[arg-type]
+    used = Settings(mode, fallback).over(policy)
+    aligned = _resolve(session, mismatch, used.resolution_mode, used.fallback_device)
+    report_fallback(Fallback(requested, aligned, (mismatch,)), used.warn)
     return aligned
 
 
@@ -198,8 +197,7 @@ def plan_alignment(
     sessions: Sequence[object],
     names: Sequence[str] | None,
     requested: torch.device,
-    mode: DeviceMismatchResolutionMode,
-    fallback: torch.device,
+    settings: Resolved,
 ) -> tuple[torch.device, Fallback | None]:
     """Return the device all `sessions` read and the fallback to report; nothing is logged.
 
@@ -207,6 +205,7 @@ def plan_alignment(
     the fallback device is used if all read it. Messages name sessions by
     `names` (else position) when there are several.
     """
+    mode, fallback = settings.resolution_mode, settings.fallback_device
     several = len(sessions) > 1
     labels = names or [f"#{number}" for number in range(len(sessions))]
     aligned = requested
@@ -440,15 +439,9 @@ class _AlignedDevice:
     def _align(self) -> torch.device:
         """The device every session reads, under the scope's settings; a fallback reported."""
         requested = as_device(self._device, "device")
-        policy = current_policy()  # every field filled in
+        policy = current_policy()
         names = [f"sessions[{number}]" for number in range(len(self._sessions))]
-        aligned, report = plan_alignment(
-            self._sessions,
-            names,
-            requested,
-            policy.resolution_mode,  # type: ignore[arg-type]
-            policy.fallback_device,  # type: ignore[arg-type]
-        )
+        aligned, report = plan_alignment(self._sessions, names, requested, policy)
         if report is not None:
-            report_fallback(report, policy.warn)  # type: ignore[arg-type]
+            report_fallback(report, policy.warn)
         return aligned

@@ -413,7 +413,8 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
     from ._options import Settings
     from ._policy import in_force
 
-    mode, fallback, warn = in_force(settings or Settings())
+    used = in_force(settings or Settings())
+    mode, fallback, warn = used.resolution_mode, used.fallback_device, used.warn
     provider = birth.asked[0]
     problem = (
         f"onnxruntime dropped {provider} for the session of {short_repr(birth.file, 200)}: "

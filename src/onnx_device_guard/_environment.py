@@ -24,7 +24,7 @@ import torch
 from ._devices import as_device
 from ._errors import ModelInputError
 from ._messages import short_repr
-from ._options import DeviceMismatchResolutionMode, Settings
+from ._options import DeviceMismatchResolutionMode, Resolved, Settings
 
 VARIABLES = RESOLUTION_MODE, FALLBACK_DEVICE, WARN = (
     "ONNX_DEVICE_GUARD_RESOLUTION_MODE",
@@ -33,11 +33,11 @@ VARIABLES = RESOLUTION_MODE, FALLBACK_DEVICE, WARN = (
 )
 """Every variable this module reads, in the order it reads them."""
 
-BUILT_IN = Settings(resolution_mode="fallback", fallback_device=torch.device("cpu"), warn=True)
+BUILT_IN = Resolved(resolution_mode="fallback", fallback_device=torch.device("cpu"), warn=True)
 """The defaults when no variable is set."""
 
 
-def read(environ: Mapping[str, str] = os.environ) -> Settings:
+def read(environ: Mapping[str, str] = os.environ) -> Resolved:
     """Return the defaults that the variables in `environ` set.
 
     An unset variable, an empty one and one of only whitespace (a shell

@@ -37,6 +37,7 @@ from ._options import (
     DeviceMismatchResolutionMode,
     DeviceOption,
     GuardOptions,
+    Resolved,
     SessionAttr,
     SessionSource,
     guard_options,
@@ -103,8 +104,8 @@ class _Load:
     origin: Origin | None = None
     born: tuple[Callable[[], object], ...] = ()
     """The sessions born during the load, held weakly."""
-    made_with: tuple[DeviceMismatchResolutionMode, torch.device, bool] | None = None
-    """The mode, fallback device and `warn` a followed load was made with, kept for a change."""
+    made_with: Resolved | None = None
+    """The settings a followed load was made with, kept for a change."""
     asked: Asked | None = None
     """What the call asked for, once read (a `device=` callable runs once per load)."""
 
@@ -125,9 +126,9 @@ class _Load:
         options, factory = self.options, self.factory
         found, searched, unreached = self.sessions(model)
         sessions = [(name, session) for name, session in found if session is not None]
-        mode, fallback, warn = self.made_with or self._in_force(model, sessions)
+        used = self.made_with or self._in_force(model, sessions)
         if unreached:
-            _unreached(model, factory, unreached, fail=mode == "fail" and not sessions)
+            _unreached(model, factory, unreached, used.resolution_mode == "fail" and not sessions)
         if not sessions:
             self._wait(model, searched)
             return None
@@ -137,8 +138,7 @@ class _Load:
         if not devices:
             return None  # sessions that asked for the CPU only, and no device anywhere
         if options.follow and self.made_with is None:  # a change is not followed again
-            made_with = (mode, fallback, warn)
-            later = _Load(options, factory, self.call, None, self.born, made_with, asked)
+            later = _Load(options, factory, self.call, None, self.born, used, asked)
             watch(
                 model, sessions, lambda m, *_: later.align(m), key=id(options), origin=self.origin
             )
@@ -147,7 +147,7 @@ class _Load:
         note = "; its session was opened after the load" if opened_later else ""
         if dropped:
             note += f". {why_dropped(dropped[0].asked[0])}"
-        aligned, report, source = self._plan(model, checked, devices, (mode, fallback), note)
+        aligned, report, source = self._plan(model, checked, devices, used, note)
         if report is None:
             return aligned
         heard = bool(dropped) and all(birth.reported for birth in dropped)
@@ -166,7 +166,7 @@ class _Load:
             device_attr=None if attribute is None else attribute.path,
             packages=_packages(factory) if opened_later and self.origin is not None else (),
         )
-        report_fallback(report, warn and not heard, details)
+        report_fallback(report, used.warn and not heard, details)
         return aligned
 
     def _devices(
@@ -196,9 +196,7 @@ class _Load:
             raise self._in_context(error, model, sessions, checks[-1][1]) from error
         return asked, devices, asking
 
-    def _in_force(
-        self, model: object, sessions: Sessions
-    ) -> tuple[DeviceMismatchResolutionMode, torch.device, bool]:
+    def _in_force(self, model: object, sessions: Sessions) -> Resolved:
         try:
             return in_force(self.options.settings)  # a bad environment variable raises here
         except ModelInputError as error:
@@ -235,11 +233,10 @@ class _Load:
         model: object,
         sessions: Sessions,
         devices: list[tuple[torch.device, str]],
-        settings: tuple[DeviceMismatchResolutionMode, torch.device],
+        settings: Resolved,
         note: str,
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device once; the last aligned, the first fallback, its source."""
-        mode, fallback = settings
         names = [path for path, _ in sessions]
         first: tuple[Fallback | None, str] = (None, "")
         aligned: dict[torch.device, torch.device] = {}
@@ -248,7 +245,7 @@ class _Load:
                 continue
             try:
                 aligned[requested], planned = plan_alignment(
-                    [session for _, session in sessions], names, requested, mode, fallback
+                    [session for _, session in sessions], names, requested, settings
                 )
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error

@@ -1,6 +1,8 @@
-"""The options, each kind one immutable value checked in one place: `Settings`, `GuardOptions`.
+"""The options, each kind one immutable value checked in one place.
 
-Both are plain configuration: they pickle, compare by value and hold no run-time state.
+`Settings` is what a user gave (a `None` field inherits), `Resolved` what a
+call uses (every field filled in), and `GuardOptions` all a guard was given.
+They are plain configuration: they pickle, compare by value and hold no run-time state.
 """
 
 from __future__ import annotations
@@ -50,13 +52,22 @@ class Settings:
     fallback_device: torch.device | None = None
     warn: bool | None = None
 
-    def over(self, outer: Settings) -> Settings:
+    def over(self, outer: Resolved) -> Resolved:
         """These settings, with the fields left at `None` taken from `outer`."""
-        return Settings(
+        return Resolved(
             outer.resolution_mode if self.resolution_mode is None else self.resolution_mode,
             outer.fallback_device if self.fallback_device is None else self.fallback_device,
             outer.warn if self.warn is None else self.warn,
         )
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The settings a call uses: `Settings` over the policy in force, every field filled in."""
+
+    resolution_mode: DeviceMismatchResolutionMode
+    fallback_device: torch.device
+    warn: bool
 
 
 def settings(

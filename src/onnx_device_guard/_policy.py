@@ -15,13 +15,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-import torch
-
 from ._devices import DeviceLike
 from ._environment import read as read_environment
 from ._errors import DeviceGuardError, ModelInputError
 from ._messages import short_repr
-from ._options import DeviceMismatchResolutionMode, Settings, settings
+from ._options import DeviceMismatchResolutionMode, Resolved, Settings, settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,7 +30,7 @@ _CURRENT: ContextVar[_Scope | None] = ContextVar("onnx_device_guard_scope", defa
 class _Scope:
     """One entered `device_policy`: the settings in force inside it, and the scope it is in."""
 
-    settings: Settings
+    settings: Resolved
     owner: device_policy
     outer: _Scope | None
     ended: bool = False
@@ -57,7 +55,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
-def current_policy() -> Settings:
+def current_policy() -> Resolved:
     """The innermost scope's settings, else the defaults (environment, then built in)."""
     scope = _innermost()
     return _defaults() if scope is None else scope.settings
@@ -67,20 +65,15 @@ def current_policy() -> Settings:
 _defaults = functools.cache(read_environment)
 
 
-def reread_environment() -> Settings:
+def reread_environment() -> Resolved:
     """Forget the defaults read from the environment, and read them again."""
     _defaults.cache_clear()
     return current_policy()
 
 
-def in_force(explicit: Settings) -> tuple[DeviceMismatchResolutionMode, torch.device, bool]:
-    """The mode, fallback device and `warn` a call uses: `explicit` over the policy in force."""
-    policy = current_policy()
-    return (
-        explicit.resolution_mode or policy.resolution_mode,
-        explicit.fallback_device or policy.fallback_device,
-        policy.warn if explicit.warn is None else explicit.warn,  # type: ignore[return-value]
-    )
+def in_force(explicit: Settings) -> Resolved:
+    """The settings a call uses: `explicit` over the policy in force."""
+    return explicit.over(current_policy())
 
 
 class device_policy:  # noqa: N801 - a context manager, named like contextlib's

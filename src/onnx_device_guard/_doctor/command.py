@@ -10,7 +10,6 @@ import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import cast
 
 import torch
 
@@ -106,7 +105,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     fail = settings.resolution_mode == "fail"
     strict_by = "--strict" if args.strict else f"{RESOLUTION_MODE}=fail" if fail else None
     default = torch.device("cuda" if env.torch_cuda_device_count else "cpu")
-    fallback = cast(torch.device, settings.fallback_device)
+    fallback = settings.fallback_device
     return Plan(
         check=Check(ort, env, device or default, providers, fallback, options, device is None),
         targets=targets,
