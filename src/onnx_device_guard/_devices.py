@@ -28,6 +28,16 @@ def as_device(value: object, name: str) -> torch.device:
             f"{name} must be a torch.device, a string such as 'cuda:0' or a CUDA index; "
             f"got {type(value).__name__} {short_repr(value)}."
         )
+    text = str.__str__(value)  # a subclass's own comparison and hash play no part
+    parsed = _PARSED.get(text)
+    if parsed is None:
+        if len(_PARSED) > 256:  # a program walking through many indices
+            _PARSED.clear()
+        parsed = _PARSED[text] = _parse(text, name)
+    return parsed
+
+
+def _parse(value: str, name: str) -> torch.device:
     # torch parses the index into a byte and wraps large numbers round (or
     # overflows on larger ones still): read the digits after the colon first.
     _, colon, written = value.rpartition(":")
@@ -46,6 +56,10 @@ def as_device(value: object, name: str) -> torch.device:
             f"{name}={short_repr(value)} is not a device torch understands; "
             "pass a torch.device or a string such as 'cpu', 'cuda' or 'cuda:1'."
         ) from None
+
+
+_PARSED: dict[str, torch.device] = {}
+"""The strings parsed so far: each names a device torch addresses."""
 
 
 def _unaddressable(name: str, value: object, index: object) -> ModelInputError:

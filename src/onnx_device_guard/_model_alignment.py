@@ -114,6 +114,10 @@ class _Load:
         later = replace(self, born=(*self.born, _reference(session)))
         return later.align(model, opened_later=True)
 
+    def changed(self, model: object, *change: object) -> None:
+        """Align `model` again after one of its sessions changed providers."""
+        self.align(model)
+
     def sessions(self, model: object) -> tuple[Sessions, tuple[str, ...], tuple[str, ...]]:
         """The model's sessions, the attribute paths searched, and what the search left out."""
         born = [session for session in (reference() for reference in self.born) if session]
@@ -138,10 +142,8 @@ class _Load:
         if not devices:
             return None  # sessions that asked for the CPU only, and no device anywhere
         if options.follow and self.made_with is None:  # a change is not followed again
-            later = _Load(options, factory, self.call, None, self.born, used, asked)
-            watch(
-                model, sessions, lambda m, *_: later.align(m), key=id(options), origin=self.origin
-            )
+            self.made_with, self.asked = used, asked
+            watch(model, sessions, self.changed, key=id(options), origin=self.origin)
         checked = asking or sessions  # a session asked for the CPU alone runs there on purpose
         dropped = [b for b in births if b is not None and b.dropped]
         note = "; its session was opened after the load" if opened_later else ""
@@ -238,15 +240,14 @@ class _Load:
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device once; the last aligned, the first fallback, its source."""
         names = [path for path, _ in sessions]
+        objects = [session for _, session in sessions]
         first: tuple[Fallback | None, str] = (None, "")
         aligned: dict[torch.device, torch.device] = {}
         for requested, source in devices:
             if requested in aligned:
                 continue
             try:
-                aligned[requested], planned = plan_alignment(
-                    [session for _, session in sessions], names, requested, settings
-                )
+                aligned[requested], planned = plan_alignment(objects, names, requested, settings)
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error
             except EnvironmentConfigurationError as error:

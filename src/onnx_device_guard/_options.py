@@ -54,6 +54,8 @@ class Settings:
 
     def over(self, outer: Resolved) -> Resolved:
         """These settings, with the fields left at `None` taken from `outer`."""
+        if self.resolution_mode is None and self.fallback_device is None and self.warn is None:
+            return outer  # nothing given: a guard's usual options, kept cheap
         return Resolved(
             outer.resolution_mode if self.resolution_mode is None else self.resolution_mode,
             outer.fallback_device if self.fallback_device is None else self.fallback_device,
