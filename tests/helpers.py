@@ -1,9 +1,10 @@
-"""Helpers shared by the test files: scope checks and warning filters."""
+"""Helpers shared by the test files: scope checks, warning filters and what a session follows."""
 
 from __future__ import annotations
 
 import torch
 
+from onnx_device_guard._follow import _FOLLOWED, on_set_providers
 from onnx_device_guard._policy import _innermost, current_policy
 
 
@@ -15,3 +16,29 @@ def no_scope_left() -> bool:
         policy.fallback_device,
         policy.warn,
     ) == ("fallback", torch.device("cpu"), True)
+
+
+def is_followed(session: object) -> bool:
+    """Whether a change of `session`'s providers would call back a model now."""
+    try:
+        followers = _FOLLOWED.get(session)
+    except TypeError:  # not weakly referenceable, or unhashable: never followed
+        return False
+    if followers is None or not _hooked(type(session)):
+        return False
+    return any(
+        watched.model() is not None and not (watched.origin and watched.origin.cancelled)
+        for watched in followers.watches.copy().values()
+    )
+
+
+def _hooked(cls: type) -> bool:
+    """Whether `cls.set_providers` reaches `on_set_providers` (under other wrappers, maybe)."""
+    method = next(
+        (vars(k)["set_providers"] for k in cls.__mro__ if "set_providers" in vars(k)), None
+    )
+    for _ in range(16):
+        if method is None or getattr(method, "_self_wrapper", None) is on_set_providers:
+            return method is not None
+        method = getattr(method, "__wrapped__", None)
+    return False

@@ -37,11 +37,11 @@ from onnx_device_guard._follow import (
     OnChange,
     Providers,
     describe_change,
-    is_followed,
     stop_following,
     watch,
 )
 
+from .helpers import is_followed
 from .logs import recorded_logs, warning_texts
 from .sessions import CPU, CUDA, EPFail, FakeSession, GPUSession, real_session
 

@@ -35,8 +35,8 @@ from onnx_device_guard import (
     patch,
     realign,
 )
-from onnx_device_guard._follow import is_followed
 
+from .helpers import is_followed
 from .logs import recorded_logs, warning_records
 from .sessions import CPU, CUDA, EPFail, GPUSession, real_session
 

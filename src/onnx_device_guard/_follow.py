@@ -26,7 +26,6 @@ Providers = tuple[str, ...] | None
 OnChange = Callable[[Any, str, Providers, Providers], object]
 """`on_change(model, session_name, old_providers, new_providers)`; its result is ignored."""
 
-_METHOD = "set_providers"
 _AT_LOAD_ONLY = (
     "A model's device is aligned at load only; after set_providers (or onnxruntime's "
     "fallback after a GPU provider fails) call onnx_device_guard.realign(model)."
@@ -156,30 +155,6 @@ def stop_following(origin: Origin) -> None:
             for entry, watched in followers.watches.copy().items():
                 if watched.origin is origin:
                     followers.watches.pop(entry, None)
-
-
-def is_followed(session: object) -> bool:
-    """Whether a change of `session`'s providers would call back a model now."""
-    try:
-        followers = _FOLLOWED.get(session)
-    except TypeError:  # not weakly referenceable, or unhashable: never followed
-        return False
-    if followers is None or not _hooked(type(session)):
-        return False
-    return any(
-        watched.model() is not None and not (watched.origin and watched.origin.cancelled)
-        for watched in followers.watches.copy().values()
-    )
-
-
-def _hooked(cls: type) -> bool:
-    """Whether `cls.set_providers` reaches `on_set_providers` (under other wrappers, maybe)."""
-    method = next((vars(k)[_METHOD] for k in cls.__mro__ if _METHOD in vars(k)), None)
-    for _ in range(16):
-        if method is None or getattr(method, "_self_wrapper", None) is on_set_providers:
-            return method is not None
-        method = getattr(method, "__wrapped__", None)
-    return False
 
 
 def on_set_providers(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
