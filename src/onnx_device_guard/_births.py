@@ -100,9 +100,6 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
 _PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object]]] = {}
 """Guarded models without a session yet, by id: a weak reference, and their check."""
 
-_MAX_CALLERS = 64
-"""How many calling frames are looked through for a pending model."""
-
 
 def await_births(model: object, check: Callable[[Any, object], object]) -> bool:
     """Check each session `model` opens later with `check`; `False` if it takes no weak ref."""
@@ -130,7 +127,7 @@ def _forget(
 def _pending_owner() -> tuple[object, Callable[[Any, object], object]] | None:
     """The pending model among the callers' first arguments (`self`), with its check."""
     frame: types.FrameType | None = sys._getframe(3)  # past _born, the wrapper and wrapt
-    for _ in range(_MAX_CALLERS):
+    for _ in range(64):  # calling frames looked through, at most
         if frame is None:
             return None
         code = frame.f_code
@@ -293,7 +290,6 @@ def release() -> None:
 
 
 def _unhook_if_unused() -> None:
-    """Put onnxruntime's originals back once nothing needs them any more."""
     global _permanent
     with _LOCK:
         if _users > 0 or _PENDING or _LOAD.get() is not None or following():
