@@ -126,7 +126,7 @@ def _forget(
 
 def _pending_owner() -> tuple[object, Callable[[Any, object], object]] | None:
     """The pending model among the callers' first arguments (`self`), with its check."""
-    frame: types.FrameType | None = sys._getframe(3)  # past _born, the wrapper and wrapt
+    frame: types.FrameType | None = sys._getframe(2)  # past the wrapper and wrapt
     for _ in range(64):  # calling frames looked through, at most
         if frame is None:
             return None
@@ -331,14 +331,11 @@ def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
     return result
 
 
-def _on_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
+    """`InferenceSession.__init__`, wrapped: record the birth, hand the session to its owner."""
     wrapped(*args, **kwargs)
-    if _hooks:  # not left inert under another wrapper
-        _born(instance, args, kwargs)
-
-
-def _born(session: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Record `session`'s birth and hand it to whoever owns it."""
+    if not _hooks:  # left inert under another wrapper
+        return
     try:
         birth = _record(session, args, kwargs)
         _RECORDS[session] = birth
