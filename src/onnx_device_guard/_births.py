@@ -100,9 +100,6 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
 _PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object]]] = {}
 """Guarded models without a session yet, by id: a weak reference, and their check."""
 
-_MAX_CALLERS = 64
-"""How many calling frames are looked through for a pending model."""
-
 
 def await_births(model: object, check: Callable[[Any, object], object]) -> bool:
     """Check each session `model` opens later with `check`; `False` if it takes no weak ref."""
@@ -129,8 +126,8 @@ def _forget(
 
 def _pending_owner() -> tuple[object, Callable[[Any, object], object]] | None:
     """The pending model among the callers' first arguments (`self`), with its check."""
-    frame: types.FrameType | None = sys._getframe(3)  # past _born, the wrapper and wrapt
-    for _ in range(_MAX_CALLERS):
+    frame: types.FrameType | None = sys._getframe(2)  # past the wrapper and wrapt
+    for _ in range(64):  # calling frames looked through, at most
         if frame is None:
             return None
         code = frame.f_code
@@ -293,7 +290,6 @@ def release() -> None:
 
 
 def _unhook_if_unused() -> None:
-    """Put onnxruntime's originals back once nothing needs them any more."""
     global _permanent
     with _LOCK:
         if _users > 0 or _PENDING or _LOAD.get() is not None or following():
@@ -335,14 +331,11 @@ def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
     return result
 
 
-def _on_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
+    """`InferenceSession.__init__`, wrapped: record the birth, hand the session to its owner."""
     wrapped(*args, **kwargs)
-    if _hooks:  # not left inert under another wrapper
-        _born(instance, args, kwargs)
-
-
-def _born(session: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Record `session`'s birth and hand it to whoever owns it."""
+    if not _hooks:  # left inert under another wrapper
+        return
     try:
         birth = _record(session, args, kwargs)
         _RECORDS[session] = birth

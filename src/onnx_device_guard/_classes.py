@@ -129,7 +129,6 @@ def read_signature(factory: Callable[..., Any]) -> inspect.Signature | None:
 
 
 def signature_of(cls: type) -> inspect.Signature | None:
-    """`cls`'s constructor signature, read once per class."""
     try:
         return _SIGNATURES[cls]
     except KeyError:
@@ -264,13 +263,12 @@ def _inherited_init(cls: type) -> Callable[..., None]:
 
 def _init_subclass_hook(cls: type, guard: _ClassGuard) -> classmethod[Any, Any, None]:
     """An `__init_subclass__` for `cls` that wraps each new subclass's own `__init__`."""
-    own = guard.init_subclass
 
     def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
-        if own is None:
+        if guard.init_subclass is None:
             super(cls, subclass).__init_subclass__(**kwargs)  # type: ignore[arg-type]
         else:
-            own.__get__(None, subclass)(**kwargs)
+            guard.init_subclass.__get__(None, subclass)(**kwargs)
         _wrap_own_init(subclass, guard)
 
     __init_subclass__.__qualname__ = f"{cls.__qualname__}.__init_subclass__"

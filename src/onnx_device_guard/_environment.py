@@ -22,7 +22,7 @@ from typing import cast
 import torch
 
 from ._devices import as_device
-from ._errors import ModelInputError
+from ._errors import ModelInputError, in_context
 from ._messages import short_repr
 from ._options import DeviceMismatchResolutionMode, Resolved, Settings
 
@@ -56,10 +56,7 @@ def read(environ: Mapping[str, str] = os.environ) -> Resolved:
     try:
         fallback = as_device(device, FALLBACK_DEVICE) if device else None
     except ModelInputError as error:
-        raise ModelInputError(
-            f"The environment variable {error.message} Fix or unset it.",
-            help_url=error.help_url,
-        ) from None
+        raise in_context(error, "The environment variable ", " Fix or unset it.") from None
     resolution_mode = cast("DeviceMismatchResolutionMode | None", mode or None)
     return Settings(resolution_mode, fallback, parse_switch(WARN, warn)).over(BUILT_IN)
 

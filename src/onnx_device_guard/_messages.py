@@ -51,9 +51,7 @@ def _short(show: Callable[[object], str], value: object, limit: int) -> str:
     except Exception:
         text = f"<{type(value).__name__} object>"
     text = text if len(text) <= limit else text[: limit - 3] + "..."
-    return text if text.isprintable() else "".join(map(_printable, text))
-
-
-def _printable(character: str) -> str:
-    """`character`, or its escape when it is a control character (no forged log lines)."""
-    return character if character.isprintable() else repr(character)[1:-1]
+    if text.isprintable():
+        return text
+    # A control character is escaped, so that no text forges a log line.
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -110,7 +110,8 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
         True
         >>> del sys.modules["loaders"]
     """
-    _ReloadFinder.install()
+    if not any(isinstance(finder, _ReloadFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ReloadFinder())  # to patch a module executed again
     match = _TARGET.fullmatch(target) if isinstance(target, str) else None
     if match is None:
         raise ModelInputError(
@@ -182,7 +183,6 @@ def _missing(module: types.ModuleType, path: str) -> str:
 
 
 def _patched_under_another_name(match: re.Match[str]) -> _Installation | None:
-    """The patch that already replaced the target, when it is loaded and was patched."""
     try:
         return _patch_of(wrapt.resolve_path(sys.modules[match["module"]], match["path"])[2])
     except Exception:  # not loaded, missing, or a lazy attribute that fails: apply() reports it
@@ -321,7 +321,6 @@ class _Installation:
         stop_following(self)
 
     def apply(self, module: types.ModuleType) -> None:
-        """Patch the target in `module`."""
         try:
             owner, name, original = wrapt.resolve_path(module, self.path)
         except wrapt.PathResolutionError:
@@ -397,11 +396,6 @@ def _not_patchable(value: object) -> str | None:
 
 class _ReloadFinder(importlib.abc.MetaPathFinder):
     """Answers only for a module with a patch in place: its spec, with a `_ReapplyingLoader`."""
-
-    @classmethod
-    def install(cls) -> None:
-        if not any(isinstance(finder, cls) for finder in sys.meta_path):
-            sys.meta_path.insert(0, cls())
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if not any(i.module_name == fullname and i.applied for i in list(_installed.values())):
