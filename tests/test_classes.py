@@ -441,3 +441,83 @@ class TestOtherClassShapes:
                 self.session, self.device = cpu_session(), "cuda"
 
         assert Model().device == "cpu"
+
+
+class TestCustomNew:
+    """A class whose __new__ (its own or a base's) runs before __init__, or instead of it."""
+
+    def test_new_returning_another_type_is_aligned(self) -> None:
+        """No __init__ of the class runs, so the object __new__ returned is aligned there."""
+
+        class Loaded:
+            def __init__(self) -> None:
+                self.session, self.device = cpu_session(), "cuda"
+
+        @device_guard(warn=False)
+        class Loader:
+            def __new__(cls) -> Any:
+                return Loaded()
+
+        model = Loader()
+        assert type(model) is Loaded
+        assert model.device == "cpu"
+
+    def test_new_returning_its_own_type_aligns_once(self) -> None:
+        """__init__ still runs, and aligns; the __new__ wrapper leaves the instance to it."""
+
+        @device_guard
+        class Model:
+            def __new__(cls) -> Any:
+                return super().__new__(cls)
+
+            def __init__(self) -> None:
+                self.session, self.device = CountingSession(), "cuda"
+
+        with recorded_logs() as records:
+            model = Model()
+        assert model.device == "cpu"
+        assert model.session.reads == 1
+        assert len(_fallbacks(records)) == 1
+
+    def test_an_inherited_new_is_covered(self) -> None:
+        """A base's __new__ that returns another type is wrapped on the guarded class."""
+
+        class Loaded:
+            def __init__(self, device: str) -> None:
+                self.session, self.device = cpu_session(), device
+
+        class Base:
+            def __new__(cls, device: str = "cuda") -> Any:
+                return Loaded(device)
+
+        @device_guard(warn=False)
+        class Model(Base):
+            pass
+
+        assert Model().device == "cpu"
+        assert Model(device="cpu").device == "cpu"
+
+    def test_unguard_restores_new(self) -> None:
+        """unguard_class puts the class's own __new__ back, or removes the one it added."""
+
+        def own_new(cls: type) -> Any:
+            return object.__new__(cls)
+
+        class Own:
+            __new__ = staticmethod(own_new)
+
+            def __init__(self) -> None:
+                self.session, self.device = cpu_session(), "cuda"
+
+        class Inherits(Own):
+            pass
+
+        device_guard(Own)
+        device_guard(Inherits)
+        assert Own.__dict__["__new__"].__func__ is not own_new
+        assert "__new__" in Inherits.__dict__
+        unguard_class(Inherits)
+        unguard_class(Own)
+        assert Own.__dict__["__new__"].__func__ is own_new
+        assert "__new__" not in Inherits.__dict__
+        assert Own().device == "cuda", "no guard is left to align it"
