@@ -124,7 +124,7 @@ def watch(
         with _LOCK:  # against stop_following: a load racing undo() leaves no watch
             if origin is not None and origin.cancelled:
                 return 0
-            followers = _FOLLOWED.setdefault(session, _Followers())
+            followers = _FOLLOWED.get(session) or _FOLLOWED.setdefault(session, _Followers())
             entry = (id(model), key)
             existing = followers.watches.get(entry)
             if existing is None or existing.model() is not model:  # new, or a dead model's id

@@ -421,12 +421,14 @@ class Call:
             return MISSING
         if "device" in self.kwargs:
             return self.kwargs["device"]
-        parameter = self.signature.parameters.get("device")
+        parameters = self.signature.parameters
+        parameter = parameters.get("device")
         if parameter is None:
             return None
-        position = list(self.signature.parameters).index("device")
-        if parameter.kind <= parameter.POSITIONAL_OR_KEYWORD and position < len(self.args):
-            return self.args[position]
+        if self.args and parameter.kind <= parameter.POSITIONAL_OR_KEYWORD:
+            position = list(parameters).index("device")
+            if position < len(self.args):
+                return self.args[position]
         return None if parameter.default is parameter.empty else parameter.default
 
 
