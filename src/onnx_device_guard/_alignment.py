@@ -167,9 +167,10 @@ def align_device_with_onnx_session(
     mismatch = find_mismatch(session, requested)
     if mismatch is None:  # the common case, kept short
         return requested
-    used = Settings(mode, fallback).over(policy)
+    used = policy if mode is None and fallback is None else Settings(mode, fallback).over(policy)
     aligned = _resolve(session, mismatch, used.resolution_mode, used.fallback_device)
-    report_fallback(Fallback(requested, aligned, (mismatch,)), used.warn)
+    if used.warn or logger.isEnabledFor(logging.DEBUG):  # else nothing is said
+        report_fallback(Fallback(requested, aligned, (mismatch,)), used.warn)
     return aligned
 
 
