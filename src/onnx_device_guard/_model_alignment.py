@@ -9,6 +9,7 @@ model's device attribute, which gets the aligned device.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import weakref
 from collections.abc import Callable, Mapping
@@ -146,9 +147,11 @@ class _Load:
             watch(model, sessions, self.changed, key=id(options), origin=self.origin)
         checked = asking or sessions  # a session asked for the CPU alone runs there on purpose
         dropped = [b for b in births if b is not None and b.dropped]
-        note = "; its session was opened after the load" if opened_later else ""
-        if dropped:
-            note += f". {why_dropped(dropped[0].asked[0])}"
+
+        def note() -> str:  # written only when a message needs it
+            text = "; its session was opened after the load" if opened_later else ""
+            return f"{text}. {why_dropped(dropped[0].asked[0])}" if dropped else text
+
         aligned, report, source = self._plan(model, checked, devices, used, note)
         if report is None:
             return aligned
@@ -160,15 +163,17 @@ class _Load:
             if attribute is None or devices[-1][0] == aligned  # the attribute's own, checked
             else _write_back(model, factory, attribute, aligned)
         )
-        details = Details(
-            applied=attribute is not None and not outcome,
-            outcome=outcome,
-            context=f"{context(model, factory)}; device from {source}{note}",
-            factory=None if factory is None else factory_name(factory),
-            device_attr=None if attribute is None else attribute.path,
-            packages=_packages(factory) if opened_later and self.origin is not None else (),
-        )
-        report_fallback(report, used.warn and not heard, details)
+        warn = used.warn and not heard
+        if warn or logger.isEnabledFor(logging.DEBUG):  # else nothing is said
+            details = Details(
+                applied=attribute is not None and not outcome,
+                outcome=outcome,
+                context=f"{context(model, factory)}; device from {source}{note()}",
+                factory=None if factory is None else factory_name(factory),
+                device_attr=None if attribute is None else attribute.path,
+                packages=_packages(factory) if opened_later and self.origin is not None else (),
+            )
+            report_fallback(report, warn, details)
         return aligned
 
     def _devices(
@@ -236,7 +241,7 @@ class _Load:
         sessions: Sessions,
         devices: list[tuple[torch.device, str]],
         settings: Resolved,
-        note: str,
+        note: Callable[[], str],
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device once; the last aligned, the first fallback, its source."""
         names = [path for path, _ in sessions]
@@ -252,7 +257,7 @@ class _Load:
                 raise self._in_context(error, model, sessions, source) from error
             except EnvironmentConfigurationError as error:
                 single = "" if len(names) > 1 else f"; session {names[0]!r}"
-                where = f" ({context(model, self.factory)}{single}; device from {source}{note})"
+                where = f" ({context(model, self.factory)}{single}; device from {source}{note()})"
                 raise in_context(error, after=where) from None
             if first[0] is None and planned is not None:
                 first = (planned, source)
@@ -275,10 +280,9 @@ def _named(model: object, born: list[object]) -> Sessions:
         held.get(id(s)) or (os.path.basename(birth.file) if (birth := birth_of(s)) else "session")
         for s in born
     ]
-    return [
-        (name if names.count(name) == 1 else f"{name}#{number}", session)
-        for number, (name, session) in enumerate(zip(names, born, strict=True))
-    ]
+    if len(set(names)) < len(names):
+        names = [name if names.count(name) == 1 else f"{name}#{n}" for n, name in enumerate(names)]
+    return list(zip(names, born, strict=True))
 
 
 def _packages(factory: object | None) -> tuple[str, ...]:
