@@ -13,9 +13,11 @@ side by side in one run:
 * following a session's provider changes (``following.py``): ``run()`` of a
   watched real session against an unwatched one, and the cost of one
   re-alignment after ``set_providers``;
-* observing a session's birth (``births.py``): creating the smallest session
-  through the library's hook with a watch in force, against a bare one and
-  one under a pass-through wrapt wrapper;
+* observing a session's birth (``births.py``): the hook's own work on a
+  stand-in session whose creation costs nothing, against bare and
+  pass-through stand-ins, as a share of creating the smallest real session;
+  and, for context, whole sessions created through the hook, bare and under a
+  pass-through wrapt wrapper;
 * ``import onnx_device_guard`` in a fresh interpreter that has imported torch.
 
 The timing helpers live in ``timing.py``, beside this script. Timing is
@@ -355,6 +357,9 @@ def render(results: dict[str, Any]) -> str:
             row(f"guard: {label:27} | {variant}", summary)
     for name, summary in following_rows(results["following"]):
         row(name, summary)
+    for variant, summary in results["births"].items():
+        if isinstance(summary, dict):
+            row(f"session birth: {variant}", summary)
     row("smallest real CPU session creation", results["session_creation"])
     row("import onnx_device_guard after torch", results["import"])
     lines.append("")
