@@ -15,8 +15,7 @@ import pathlib
 import re
 import types
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._errors import DeviceGuardError
 from ._messages import MISSING, error_text, logger, short_repr
@@ -372,8 +371,7 @@ def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
 # --- the device attribute ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DeviceAttribute:
+class DeviceAttribute(NamedTuple):
     """The model's device attribute: its path, value, and the object to write it on."""
 
     path: str

@@ -190,9 +190,11 @@ class _Load:
         if asked is None:
             asked = asked_devices(self.options.device, self.call, model, strict=not explained)
         checks: list[tuple[object, str]] = list(asked)
-        asked_by = [(n, s, b) for (n, s), b in zip(sessions, births, strict=True) if b and b.asked]
-        asking = [(name, session) for name, session, _ in asked_by]
-        checks += [(b.device, f"the providers session {n!r} asked for") for n, _, b in asked_by]
+        asking: Sessions = []
+        for (name, session), birth in zip(sessions, births, strict=True):
+            if birth is not None and birth.asked:
+                asking.append((name, session))
+                checks.append((birth.device, f"the providers session {name!r} asked for"))
         if attribute is not None:
             checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
         if not checks and not explained:
