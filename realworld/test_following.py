@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.helpers import is_followed
 from tests.logs import recorded_logs, warning_records
 
 from onnx_device_guard import patch
-from onnx_device_guard._follow import is_followed
 
 from .test_silero_vad import TARGET, probabilities
 
