@@ -663,3 +663,40 @@ class TestSessionLookupLeakedItsError:
         assert align_device_with_onnx_session(session, "cuda:1") == torch.device("cuda", 1)
         with pytest.raises(ModelInputError, match="with a get_providers\\(\\) method"):
             align_device_with_onnx_session(LookupRaises(AttributeError("x")), "cpu")
+
+
+class TestDeviceStringsParsedOnce:
+    """Device strings are parsed once per process; what is kept never answers for another."""
+
+    def test_a_str_subclass_is_read_by_its_text(self) -> None:
+        """A subclass that hashes and compares as 'cuda:0' is still the device it spells."""
+
+        class Posing(str):
+            def __hash__(self) -> int:
+                return hash("cuda:0")
+
+            def __eq__(self, other: object) -> bool:
+                return True
+
+        align_device_with_onnx_session(cuda_session(), "cuda:0")  # 'cuda:0' is kept now
+        assert align_device_with_onnx_session(cuda_session(), Posing("cpu")) == torch.device("cpu")
+
+    def test_a_bad_string_raises_every_time(self) -> None:
+        """Errors are not kept: the same bad text raises again, with the same message."""
+        messages = []
+        for _ in range(2):
+            with pytest.raises(ModelInputError) as info:
+                align_device_with_onnx_session(cpu_session(), "cuda:007")
+            messages.append(info.value.message)
+        assert messages[0] == messages[1]
+        assert "'cuda:007'" in messages[0]
+
+    def test_many_distinct_strings_keep_the_cache_small(self) -> None:
+        """A program walking through every index does not grow what is kept past its bound."""
+        from onnx_device_guard import _devices
+
+        for index in range(128):
+            for kind in ("cuda", "cpu", "meta"):
+                text = f"{kind}:{index}" if kind == "cuda" else kind
+                assert str(_devices.as_device(text, "device")) == text
+        assert len(_devices._PARSED) <= 257
