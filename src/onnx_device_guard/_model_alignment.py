@@ -62,7 +62,7 @@ def align_model(
     """Align `model` with its sessions (`born` during `call`); `None` for one with none yet."""
     references: tuple[Callable[[], object], ...] = ()
     if born and options.session_attr is None:
-        references = tuple(_reference(session) for session in born)
+        references = tuple(map(weakref.ref, born))  # recorded at birth, so weakly referenced
     factory = None if call is None else call.factory
     return _Load(options, factory, call, origin, references).align(model)
 
@@ -87,14 +87,6 @@ async def call_and_align_async(
     return model
 
 
-def _reference(session: object) -> Callable[[], object]:
-    """A weak reference to `session` where it takes one, else the session itself."""
-    try:
-        return weakref.ref(session)
-    except TypeError:
-        return lambda: session
-
-
 @dataclass(slots=True)
 class _Load:
     """What a load was told and made, to align its model now and again later."""
@@ -112,7 +104,7 @@ class _Load:
 
     def born_later(self, model: object, session: object) -> torch.device | None:
         """Align `model`, which had no session at its load, with a session it opened now."""
-        later = replace(self, born=(*self.born, _reference(session)))
+        later = replace(self, born=(*self.born, weakref.ref(session)))
         return later.align(model, opened_later=True)
 
     def changed(self, model: object, *change: object) -> None:
