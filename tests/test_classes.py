@@ -6,6 +6,7 @@ import copy
 import inspect
 import pickle
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,15 @@ class CountingSession(FakeSession):
 
 def _fallbacks(records: list[Any]) -> list[Any]:
     return [record for record in records if record.levelname == "WARNING"]
+
+
+def _constructed_aligned_once(construct: Callable[[], Any]) -> None:
+    """`construct()` gives a model moved to the CPU, its providers read once, one fallback."""
+    with recorded_logs() as records:
+        model = construct()
+    assert model.device == "cpu"
+    assert model.session.reads == 1
+    assert len(_fallbacks(records)) == 1
 
 
 class TestGuardedClass:
@@ -192,11 +202,7 @@ class TestSubclasses:
                 super().__init__()
                 self.session = CountingSession()
 
-        with recorded_logs() as records:
-            model = Sub()
-        assert model.device == "cpu"
-        assert model.session.reads == 1
-        assert len(_fallbacks(records)) == 1
+        _constructed_aligned_once(Sub)
 
     def test_subclass_defined_before_guarding_is_covered(self) -> None:
         """Subclasses that exist when the base is guarded are wrapped too."""
@@ -322,10 +328,7 @@ class TestTwiceAndUndo:
         init = Model.__dict__["__init__"]
         device_guard(Model)
         assert Model.__dict__["__init__"] is init
-        with recorded_logs() as records:
-            model = Model()
-        assert model.session.reads == 1
-        assert len(_fallbacks(records)) == 1
+        _constructed_aligned_once(Model)
 
     def test_guarding_again_with_other_options_raises(self) -> None:
         """Other options are not silently ignored: ModelInputError names the class."""
@@ -473,11 +476,7 @@ class TestCustomNew:
             def __init__(self) -> None:
                 self.session, self.device = CountingSession(), "cuda"
 
-        with recorded_logs() as records:
-            model = Model()
-        assert model.device == "cpu"
-        assert model.session.reads == 1
-        assert len(_fallbacks(records)) == 1
+        _constructed_aligned_once(Model)
 
     def test_an_inherited_new_is_covered(self) -> None:
         """A base's __new__ that returns another type is wrapped on the guarded class."""
