@@ -52,15 +52,15 @@ def _created(self: Any, *args: Any, **kwargs: Any) -> None:
 
 
 class BareStandIn(onnxruntime.InferenceSession):  # type: ignore[misc]
-    __init__ = _created
+    """A stand-in, unhooked (its constructor is `_created`, set when measured)."""
 
 
 class PassedThroughStandIn(onnxruntime.InferenceSession):  # type: ignore[misc]
-    __init__ = _created
+    """A stand-in whose constructor goes through the pass-through wrapper."""
 
 
 class ObservedStandIn(onnxruntime.InferenceSession):  # type: ignore[misc]
-    __init__ = _created
+    """A stand-in whose constructor goes through the birth hook."""
 
 
 def _pass_through(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
