@@ -82,6 +82,8 @@ _LOCK = threading.Lock()
 """Guards `_FOLLOWED` and `_WARNED`; never held while user code runs."""
 _WARNED: weakref.WeakSet[type] = weakref.WeakSet()
 """The model classes already warned about, held weakly."""
+_NOT_SESSIONS: weakref.WeakSet[type] = weakref.WeakSet()
+"""The session classes already logged as not followed, held weakly."""
 
 
 def watch(
@@ -102,17 +104,13 @@ def watch(
     try:
         weakref.ref(model)
     except TypeError:
-        with _LOCK:
-            known = type(model) in _WARNED
-            _WARNED.add(type(model))
-        if not known:
-            logger.warning(
-                "onnx-device-guard cannot follow the sessions of %s objects: the class cannot "
-                "be weakly referenced (it has __slots__ without '__weakref__'), and a strong "
-                "reference would keep every model alive. Add '__weakref__' to __slots__. %s",
-                type(model).__qualname__,
-                _AT_LOAD_ONLY,
-            )
+        _warn_once(
+            _WARNED,
+            type(model),
+            "onnx-device-guard cannot follow the sessions of %s objects: the class cannot be "
+            "weakly referenced (it has __slots__ without '__weakref__'), and a strong reference "
+            "would keep every model alive. Add '__weakref__' to __slots__. " + _AT_LOAD_ONLY,
+        )
         return 0
     if origin is not None and origin.cancelled:
         return 0
@@ -120,8 +118,8 @@ def watch(
     followed = 0
     for session_name, session in sessions:
         if session_class is None or not isinstance(session, session_class):
-            name = type(session).__qualname__
-            logger.debug("Not following a %s: only onnxruntime.InferenceSession is.", name)
+            message = "Not following %s sessions: only onnxruntime.InferenceSession is. "
+            _warn_once(_NOT_SESSIONS, type(session), message + _AT_LOAD_ONLY, logging.DEBUG)
             continue
         with _LOCK:  # against stop_following: a load racing undo() leaves no watch
             if origin is not None and origin.cancelled:
@@ -247,3 +245,14 @@ def _snapshot(session: Any) -> tuple[Providers, object]:
     if type(options) is dict:  # onnxruntime's: copied, as a session may change it in place
         options = {name: dict(v) if type(v) is dict else v for name, v in options.items()}
     return providers, options
+
+
+def _warn_once(
+    seen: weakref.WeakSet[type], cls: type, message: str, level: int = logging.WARNING
+) -> None:
+    """Log `message` about `cls` (at WARNING unless `level` says otherwise) once per class."""
+    with _LOCK:
+        if cls in seen:
+            return
+        seen.add(cls)
+    logger.log(level, message, cls.__qualname__)
