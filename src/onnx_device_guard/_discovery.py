@@ -229,17 +229,16 @@ def is_session(value: object) -> bool:
 def discover_sessions(model: object) -> Found:
     """Find the sessions among `model`'s instance attributes, breadth first, each object once."""
     search = _Search(model)
-    level: list[tuple[object, _Steps]] = [(model, ())]
+    level: list[tuple[str, object]] = [("", model)]
     for depth in range(1, MAX_DEPTH + 1):
-        below: list[tuple[object, _Steps]] = []
-        for owner, owner_steps in level:
+        below: list[tuple[str, object]] | None = [] if depth < MAX_DEPTH else None
+        for owner_path, owner in level:
             for name, value in instance_attributes(owner):
-                steps = (*owner_steps, (False, name))
-                search.attribute(steps, value, below if depth < MAX_DEPTH else None)
+                search.attribute(f"{owner_path}.{name}" if owner_path else name, value, below)
                 if search.budget < 0:
                     search.unreached.append(f"the rest of the model (past {MAX_VALUES} values)")
                     return search.result()
-        level = below
+        level = below or []
     return search.result()
 
 
@@ -247,35 +246,32 @@ class _Search:
     """One discovery's state: what it found, what it searched, what it has seen."""
 
     def __init__(self, model: object) -> None:
-        self.found: list[tuple[_Steps, object]] = []
+        self.found: list[tuple[str, object]] = []
         self.searched: list[str] = []
         self.unreached: list[str] = []
         self.seen = {id(model)}
         self.budget = MAX_VALUES
 
     def result(self) -> Found:
-        found = [(_path(steps), session) for steps, session in self.found]
-        return found, tuple(self.searched), tuple(self.unreached)
+        return self.found, tuple(self.searched), tuple(self.unreached)
 
-    def attribute(
-        self, steps: _Steps, value: object, below: list[tuple[object, _Steps]] | None
-    ) -> None:
+    def attribute(self, path: str, value: object, below: list[tuple[str, object]] | None) -> None:
         """Look at one attribute's value; `below` (`None` at the last level) gets its objects."""
-        self.searched.append(_path(steps))
+        self.searched.append(path)
         self.budget -= 1
-        pending: list[tuple[_Steps, object, int]] = [(steps, value, 0)]
+        pending: list[tuple[str, object, int]] = [(path, value, 0)]
         while pending:
-            item_steps, item, nesting = pending.pop()
+            item_path, item, nesting = pending.pop()
             if isinstance(item, _SCALARS):  # most attributes: nothing to look into
                 continue
             if isinstance(item, _CONTAINERS):
                 children, rest = _items(item)
                 if rest or nesting >= MAX_NESTING:
-                    self._left_out(item_steps, rest or children)
+                    self._left_out(item_path, rest or children)
                 if nesting < MAX_NESTING:
                     self.budget -= len(children)
                     pending.extend(
-                        ((*item_steps, (True, key)), child, nesting + 1)
+                        (_item_path(item_path, key), child, nesting + 1)
                         for key, child in reversed(children)
                     )
                 continue
@@ -283,22 +279,21 @@ class _Search:
                 continue
             self.seen.add(id(item))
             if is_session(item):
-                self.found.append((item_steps, item))
+                self.found.append((item_path, item))
             elif below is not None:
-                below.append((item, item_steps))
+                below.append((item_path, item))
             elif not all(isinstance(child, _SCALARS) for _, child in instance_attributes(item)):
-                self.unreached.append(f"{_path(item_steps)} (past {MAX_DEPTH} levels)")
+                self.unreached.append(f"{item_path} (past {MAX_DEPTH} levels)")
 
-    def _left_out(self, steps: _Steps, items: list[tuple[object, object]]) -> None:
+    def _left_out(self, path: str, items: list[tuple[object, object]]) -> None:
         """Note a container whose items past the limits could hold a session."""
         if not all(isinstance(child, _SCALARS) for _, child in items):
-            self.unreached.append(
-                f"{_path(steps) or 'the model'} (past the first {MAX_ITEMS} items)"
-            )
+            self.unreached.append(f"{path} (past the first {MAX_ITEMS} items)")
 
 
-_Steps = tuple[tuple[bool, object], ...]
-"""A path as steps: `(False, name)` reads an instance attribute, `(True, key)` an item."""
+def _item_path(path: str, key: object) -> str:
+    """How messages name an item: `path[key]`, or `path[...]` for a key of another type."""
+    return f"{path}[{key!r}]" if isinstance(key, str | int) else f"{path}[...]"
 
 
 def _items(container: object) -> tuple[list[tuple[object, object]], list[tuple[object, object]]]:
@@ -312,16 +307,6 @@ def _items(container: object) -> tuple[list[tuple[object, object]], list[tuple[o
         items = list(enumerate(tuple.__iter__(container)))  # type: ignore[arg-type]
     rest = [item for item in items[MAX_ITEMS:] if not isinstance(item[1], _SCALARS)]
     return items[:MAX_ITEMS], rest
-
-
-def _path(steps: _Steps) -> str:
-    """How messages name a path: `a.b`, then `[key]` for each item (`[...]` for odd keys)."""
-    return "".join(
-        (f"[{key!r}]" if isinstance(key, str | int) else "[...]")
-        if is_item
-        else (f".{key}" if number else str(key))
-        for number, (is_item, key) in enumerate(steps)
-    )
 
 
 def instance_attributes(owner: object) -> list[tuple[str, object]]:
