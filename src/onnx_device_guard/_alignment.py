@@ -7,8 +7,8 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -335,7 +335,7 @@ _OWN_FILES = os.path.dirname(__file__) + os.sep
 
 def warn_at_caller(text: str, *packages: str) -> None:
     """Warn with `text` at the first frame outside this library, its helpers and `packages`."""
-    names = ("onnxruntime", "wrapt", "asyncio", *packages)
+    names = ("onnxruntime", "wrapt", "asyncio", "contextlib", *packages)
     skipped = (_OWN_FILES, *(_files_of(name) for name in names))
     frame = inspect.currentframe()
     # The frame is found here and the warning issued there, as warnings.warn itself does:
@@ -417,32 +417,19 @@ def aligned_device(
             "aligned_device needs a session or a non-empty list of sessions; got an empty "
             f"{type(session).__name__}."
         )
-    return _AlignedDevice(sessions, device, scope)
+    return _aligned(sessions, device, scope)
 
 
-class _AlignedDevice:
-    """`aligned_device`'s block (not a generator, so a warning points at the `with` line)."""
-
-    def __init__(self, sessions: list[object], device: DeviceLike, scope: device_policy) -> None:
-        self._sessions, self._device, self._scope = sessions, device, scope
-
-    def __enter__(self) -> torch.device:
-        self._scope.__enter__()
-        try:
-            return self._align()
-        except BaseException:
-            self._scope.__exit__(None, None, None)
-            raise
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._scope.__exit__(None, None, None)
-
-    def _align(self) -> torch.device:
-        """The device every session reads, under the scope's settings; a fallback reported."""
-        requested = as_device(self._device, "device")
+@contextmanager
+def _aligned(
+    sessions: list[object], device: DeviceLike, scope: device_policy
+) -> Iterator[torch.device]:
+    """The device every session reads, under the scope's settings (a fallback reported)."""
+    with scope:
+        requested = as_device(device, "device")
         policy = current_policy()
-        names = [f"sessions[{number}]" for number in range(len(self._sessions))]
-        aligned, report = plan_alignment(self._sessions, names, requested, policy)
+        names = [f"sessions[{number}]" for number in range(len(sessions))]
+        aligned, report = plan_alignment(sessions, names, requested, policy)
         if report is not None:
             report_fallback(report, policy.warn)
-        return aligned
+        yield aligned

@@ -40,7 +40,6 @@ from ._options import (
     GuardOptions,
     Resolved,
     SessionAttr,
-    SessionSource,
     guard_options,
 )
 from ._policy import in_force
@@ -213,9 +212,8 @@ class _Load:
                 ", which can never hold an onnxruntime session. Return the model object itself.",
             )
         explicit = options.session_attr is not None
-        strict = options.require_session
-        if strict or (strict is None and explicit):
-            raise _no_session(model, factory, options.session_attr, searched)
+        if options.require_session or (options.require_session is None and explicit):
+            raise _no_session(model, factory, options, searched)
         if await_births(model, self.born_later):
             logger.debug(
                 "%s, which holds no onnxruntime session yet; its sessions are checked when born.",
@@ -342,19 +340,19 @@ def _write_back(
 
 
 def _no_session(
-    model: object, factory: object | None, source: SessionSource, searched: tuple[str, ...]
+    model: object, factory: object | None, options: GuardOptions, searched: tuple[str, ...]
 ) -> DeviceGuardError:
-    """The error for a model without a session, saying what was searched."""
+    """The error for a model without a session, saying what was searched and what to change."""
+    source = options.session_attr
     if isinstance(source, tuple):
         detail = (
-            f" without the session attribute(s) {', '.join(repr(path) for path in source)} "
-            f"named in session_attr={source!r}. Return a model that has them, fix "
-            "session_attr, or pass "
+            f" without the session attribute(s) {', '.join(map(repr, source))} named in "
+            f"session_attr={source!r}. Return a model that has them, or fix session_attr."
         )
     elif source is not None:
         detail = (
             f", and session_attr={factory_name(source)} found no session on it. Make the "
-            "callable return the model's session(s), or pass "
+            "callable return the model's session(s)."
         )
     else:
         shown = ", ".join(repr(path) for path in searched[:_SEARCHED_SHOWN])
@@ -362,15 +360,15 @@ def _no_session(
         detail = (
             f", which has none of the session attributes tried, and no object with "
             f"get_providers() and run() among its instance attributes (searched {shown}"
-            f"{f' and {more} more' if more > 0 else ''}). Return the model object, pass "
-            "session_attr= naming the attribute (or dotted path) that holds its session, or "
+            f"{f' and {more} more' if more > 0 else ''}). Return the model object, or pass "
+            "session_attr= naming the attribute (or dotted path) that holds its session."
         )
-    return _unusable(
-        model,
-        factory,
-        detail + "leave require_session at its default (None) for a model that opens its "
-        "sessions later: they are checked when they are born.",
-    )
+    if options.require_session:  # else session_attr alone refused it
+        detail += (
+            " For a model that opens its sessions later, leave require_session at its "
+            "default (None): they are checked when they are born."
+        )
+    return _unusable(model, factory, detail)
 
 
 def _no_device(model: object, factory: object | None) -> DeviceGuardError:
