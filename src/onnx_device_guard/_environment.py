@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import cast
 
 import torch
 
 from ._devices import as_device
 from ._errors import ModelInputError, in_context
 from ._messages import short_repr
-from ._options import DeviceMismatchResolutionMode, Resolved, Settings
+from ._options import Resolved, Settings, check_mode
 
 VARIABLES = RESOLUTION_MODE, FALLBACK_DEVICE, WARN = (
     "ONNX_DEVICE_GUARD_RESOLUTION_MODE",
@@ -48,16 +47,11 @@ def read(environ: Mapping[str, str] = os.environ) -> Resolved:
         ModelInputError: A variable holds a value it cannot take.
     """
     mode, device, warn = (environ.get(name, "").strip() for name in VARIABLES)
-    if mode not in ("", "fail", "fallback"):
-        raise ModelInputError(
-            f"The environment variable {RESOLUTION_MODE}={short_repr(mode)} must be 'fail' or "
-            "'fallback' (or unset). Fix or unset it."
-        )
     try:
+        resolution_mode = check_mode(mode, RESOLUTION_MODE) if mode else None
         fallback = as_device(device, FALLBACK_DEVICE) if device else None
     except ModelInputError as error:
         raise in_context(error, "The environment variable ", " Fix or unset it.") from None
-    resolution_mode = cast("DeviceMismatchResolutionMode | None", mode or None)
     return Settings(resolution_mode, fallback, parse_switch(WARN, warn)).over(BUILT_IN)
 
 

@@ -133,13 +133,13 @@ def guard_options(  # noqa: PLR0913 - one keyword per documented option
 _MODES: tuple[DeviceMismatchResolutionMode, ...] = get_args(DeviceMismatchResolutionMode)
 
 
-def check_mode(value: object) -> DeviceMismatchResolutionMode:
-    """Return `value` if it is a resolution mode, else raise `ModelInputError`."""
+def check_mode(value: object, name: str = "resolution_mode") -> DeviceMismatchResolutionMode:
+    """Return `value` if it is a resolution mode, else raise `ModelInputError` naming `name`."""
     for mode in _MODES:
         if isinstance(value, str) and value == mode:
             return mode
     choices = ", ".join(map(repr, _MODES))
-    raise ModelInputError(f"resolution_mode must be one of {choices}; got {short_repr(value)}.")
+    raise ModelInputError(f"{name} must be one of {choices}; got {short_repr(value)}.")
 
 
 def check_flag(name: str, value: object) -> bool:
