@@ -128,13 +128,8 @@ def provider_device_id(session: object, provider: str) -> int | None:
             f"{short_str(error)}",
         )
         return None
-    return None if raw is None else _device_id(provider, raw)
-
-
-def _device_id(provider: str, raw: object) -> int | None:
-    """`raw` as a GPU index; a value that is none is logged once per call, never raised."""
     index = parse_device_id(raw)
-    if index is None:
+    if index is None and raw is not None:
         _unchecked(
             provider,
             f"it reports device_id={short_repr(raw)}, which is not a GPU index torch "
@@ -145,26 +140,20 @@ def _device_id(provider: str, raw: object) -> int | None:
 
 def parse_device_id(raw: object) -> int | None:
     """`raw` (an int, or digits with whitespace around, as onnxruntime reads) as a GPU index."""
-    if type(raw) is str and raw in _INDICES:  # what onnxruntime reports: "0", "1"
-        return _INDICES[raw]
+    if isinstance(raw, str):  # looked up, never int(): it takes '٣', '+1' and a megabyte of digits
+        text = raw.strip()
+        return _INDICES.get(text.lstrip("0") or "0") if text else None
     if isinstance(raw, bool):
         return None
-    if isinstance(raw, str):
-        text = raw.strip()
-        digits = text.lstrip("0") or "0"
-        # Never int() a megabyte of digits.
-        if not (text.isascii() and text.isdigit()) or len(digits) > len(str(MAX_DEVICE_INDEX)):
-            return None
-        index = int(digits)
-    else:
-        try:
-            index = operator.index(raw)  # type: ignore[arg-type]
-        except Exception:
-            return None
+    try:
+        index = operator.index(raw)  # type: ignore[arg-type]
+    except Exception:
+        return None
     return index if 0 <= index <= MAX_DEVICE_INDEX else None
 
 
 _INDICES = {str(index): index for index in range(MAX_DEVICE_INDEX + 1)}
+"""Every GPU index torch addresses, by the digits that spell it without leading zeros."""
 
 
 def _unchecked(provider: str, why: str) -> None:
