@@ -35,14 +35,10 @@ def error_text(error: BaseException, limit: int = 200) -> str:
 
 
 class _Cutting(reprlib.Repr):
-    """`reprlib.Repr`, naming an item whose `__repr__` raises as `_short` names the value."""
+    """`reprlib.Repr`, showing an item as `_short` shows the value: cut, named if it raises."""
 
     def repr_instance(self, x: Any, level: int) -> str:
-        try:
-            text = repr(x)
-        except Exception:
-            return f"<{type(x).__name__} object>"
-        return text if len(text) <= self.maxother else text[: self.maxother - 3] + "..."
+        return _short(repr, x, self.maxother)
 
 
 def _short(show: Callable[[object], str], value: object, limit: int) -> str:
