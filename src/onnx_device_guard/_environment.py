@@ -50,9 +50,10 @@ def read(environ: Mapping[str, str] = os.environ) -> Resolved:
     try:
         resolution_mode = check_mode(mode, RESOLUTION_MODE) if mode else None
         fallback = as_device(device, FALLBACK_DEVICE) if device else None
+        switch = parse_switch(WARN, warn)
     except ModelInputError as error:
         raise in_context(error, "The environment variable ", " Fix or unset it.") from None
-    return Settings(resolution_mode, fallback, parse_switch(WARN, warn)).over(BUILT_IN)
+    return Settings(resolution_mode, fallback, switch).over(BUILT_IN)
 
 
 SWITCH_WORDS = {"1": True, "true": True, "yes": True, "on": True}
@@ -72,15 +73,12 @@ def parse_switch(name: str, text: str) -> bool | None:
         (False, None)
         >>> parse_switch("ONNX_DEVICE_GUARD_WARN", "maybe")
         Traceback (most recent call last):
-        onnx_device_guard.ModelInputError: The environment variable ONNX_DEVICE_GUARD_WARN=...
+        onnx_device_guard.ModelInputError: ONNX_DEVICE_GUARD_WARN='maybe' must be a yes/no ...
     """
     word = text.strip().lower()
-    if not word:
-        return None
-    if word not in SWITCH_WORDS:
+    if word and word not in SWITCH_WORDS:
         raise ModelInputError(
-            f"The environment variable {name}={short_repr(text.strip())} must be a yes/no "
-            "switch: 1, true, yes or on for yes; 0, false, no or off for no (any case), or "
-            "unset. Fix or unset it."
+            f"{name}={short_repr(text.strip())} must be a yes/no switch: 1, true, yes or on for "
+            "yes; 0, false, no or off for no (any case), or unset."
         )
-    return SWITCH_WORDS[word]
+    return SWITCH_WORDS.get(word)
