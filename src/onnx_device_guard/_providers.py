@@ -142,7 +142,7 @@ def parse_device_id(raw: object) -> int | None:
     """`raw` (an int, or digits with whitespace around, as onnxruntime reads) as a GPU index."""
     if isinstance(raw, str):  # looked up, never int(): it takes '٣', '+1' and a megabyte of digits
         text = raw.strip()
-        return _INDICES.get(text.lstrip("0") or "0") if text else None
+        return INDICES.get(text.lstrip("0") or "0") if text else None
     if isinstance(raw, bool):
         return None
     try:
@@ -152,7 +152,7 @@ def parse_device_id(raw: object) -> int | None:
     return index if 0 <= index <= MAX_DEVICE_INDEX else None
 
 
-_INDICES = {str(index): index for index in range(MAX_DEVICE_INDEX + 1)}
+INDICES = {str(index): index for index in range(MAX_DEVICE_INDEX + 1)}
 """Every GPU index torch addresses, by the digits that spell it without leading zeros."""
 
 
