@@ -188,10 +188,9 @@ class SessionWatch(contextlib.AbstractContextManager["SessionWatch"]):
             False
         """
         with _LOCK:
-            if self not in _WATCHES:
-                return
-            _WATCHES.remove(self)
-        release()
+            if self in _WATCHES:
+                _WATCHES.remove(self)
+                release()
 
     def __exit__(self, *exc_info: object) -> None:
         self.undo()
