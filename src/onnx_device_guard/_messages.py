@@ -23,14 +23,9 @@ def short_repr(value: object, limit: int = 80) -> str:
     return _short(cutting.repr, value, limit)
 
 
-def short_str(value: object, limit: int = 200) -> str:
-    """Return `str(value)` (an exception's text, say), cut, and never raise."""
-    return _short(str, value, limit)
-
-
 def error_text(error: BaseException, limit: int = 200) -> str:
     """`Type: message` of `error`, cut to `limit` characters, however broken its `str`."""
-    text = short_str(error, limit)
+    text = _short(str, error, limit)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._errors import ModelInputError
-from ._messages import logger, short_repr, short_str
+from ._messages import error_text, logger, short_repr
 
 MAX_DEVICE_INDEX = 127
 """The largest device index torch keeps as it is: it stores one in a signed byte."""
@@ -84,8 +84,7 @@ def effective_providers(session: object) -> tuple[str, ...]:
 def _broken(what: str, error: Exception) -> ModelInputError:
     """The error for a session whose `what` raised `error`."""
     return ModelInputError(
-        f"{what} raised {type(error).__name__}: {short_str(error)}. "
-        "Pass a fully initialised onnxruntime.InferenceSession."
+        f"{what} raised {error_text(error)}. Pass a fully initialised onnxruntime.InferenceSession."
     )
 
 
@@ -122,11 +121,7 @@ def provider_device_id(session: object, provider: str) -> int | None:
             return None
         raw = options.get("device_id")
     except Exception as error:
-        _unchecked(
-            provider,
-            f"reading session.get_provider_options() raised {type(error).__name__}: "
-            f"{short_str(error)}",
-        )
+        _unchecked(provider, f"reading session.get_provider_options() raised {error_text(error)}")
         return None
     index = parse_device_id(raw)
     if index is None and raw is not None:
