@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ._errors import ModelInputError
-from ._messages import short_repr
+from ._messages import short_repr, typed_repr
 from ._providers import INDICES, MAX_DEVICE_INDEX
 
 DeviceLike = torch.device | str | int
@@ -26,7 +26,7 @@ def as_device(value: object, name: str) -> torch.device:
     if not isinstance(value, str):
         raise ModelInputError(
             f"{name} must be a torch.device, a string such as 'cuda:0' or a CUDA index; "
-            f"got {type(value).__name__} {short_repr(value)}."
+            f"got {typed_repr(value)}."
         )
     text = str.__str__(value)  # a subclass's own comparison and hash play no part
     parsed = _PARSED.get(text)

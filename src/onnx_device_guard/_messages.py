@@ -23,6 +23,11 @@ def short_repr(value: object, limit: int = 80) -> str:
     return _short(cutting.repr, value, limit)
 
 
+def typed_repr(value: object) -> str:
+    """`Type repr` of `value`, as a message names a value it cannot use."""
+    return f"{type(value).__name__} {short_repr(value)}"
+
+
 def error_text(error: BaseException, limit: int = 200) -> str:
     """`Type: message` of `error`, cut to `limit` characters, however broken its `str`."""
     text = _short(str, error, limit)

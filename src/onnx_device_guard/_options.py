@@ -15,7 +15,7 @@ import torch
 
 from ._devices import DeviceLike, as_device
 from ._errors import ModelInputError
-from ._messages import short_repr
+from ._messages import short_repr, typed_repr
 
 DeviceMismatchResolutionMode = Literal["fail", "fallback"]
 """How a device the session cannot read is resolved.
@@ -164,7 +164,7 @@ def _session_source(value: object) -> SessionSource:
     raise ModelInputError(
         "session_attr must be an attribute name or a dotted path ('detector.infer.session'), "
         "a tuple of them, or a callable that takes the model and returns its session or "
-        f"sessions; got {type(value).__name__} {short_repr(value)}."
+        f"sessions; got {typed_repr(value)}."
     )
 
 
@@ -189,5 +189,5 @@ def _device_option(value: object) -> DeviceOption:
     raise ModelInputError(
         "device must be a torch.device, a string such as 'cuda', a CUDA index, or a callable "
         "that takes the factory call's arguments as a dict and returns one; "
-        f"got {type(value).__name__} {short_repr(value)}."
+        f"got {typed_repr(value)}."
     )

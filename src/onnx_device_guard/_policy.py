@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 from ._devices import DeviceLike
 from ._environment import read as read_environment
 from ._errors import DeviceGuardError, ModelInputError
-from ._messages import short_repr
+from ._messages import short_repr, typed_repr
 from ._options import DeviceMismatchResolutionMode, Resolved, Settings, settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -178,8 +178,7 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
             return cast(F, type(candidate)(self(candidate.__func__)))
         if not callable(candidate):
             raise ModelInputError(
-                "device_policy decorates a function or method; "
-                f"got {type(function).__name__} {short_repr(function)}."
+                f"device_policy decorates a function or method; got {typed_repr(function)}."
             )
         if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
             name = short_repr(getattr(function, "__qualname__", function))

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._errors import ModelInputError
-from ._messages import error_text, logger, short_repr
+from ._messages import error_text, logger, short_repr, typed_repr
 
 MAX_DEVICE_INDEX = 127
 """The largest device index torch keeps as it is: it stores one in a signed byte."""
@@ -43,7 +43,7 @@ def require_session(session: object) -> Callable[[], object]:
     if not callable(get_providers):
         raise ModelInputError(
             "session must be an onnxruntime.InferenceSession, or any object with a "
-            f"get_providers() method; got {type(session).__name__} {short_repr(session)}."
+            f"get_providers() method; got {typed_repr(session)}."
         )
     return get_providers  # type: ignore[no-any-return]
 
@@ -63,20 +63,18 @@ def effective_providers(session: object) -> tuple[str, ...]:
         if isinstance(providers, str | bytes) or not iterable:
             raise ModelInputError(
                 "session.get_providers() must return a list (or another iterable) of provider "
-                f"names; got {type(providers).__name__} {short_repr(providers)}."
+                f"names; got {typed_repr(providers)}."
             )
     try:
         names = tuple(providers)
     except Exception as error:
-        what = f"({type(providers).__name__} {short_repr(providers)})"
-        raise _broken(
-            f"Iterating over what session.get_providers() returned {what}", error
-        ) from error
+        what = f"Iterating over what session.get_providers() returned ({typed_repr(providers)})"
+        raise _broken(what, error) from error
     for name in names:
         if type(name) is not str and not isinstance(name, str):
             raise ModelInputError(
                 "session.get_providers() must return provider names (strings); got "
-                f"{type(name).__name__} {short_repr(name)} in {short_repr(providers)}."
+                f"{typed_repr(name)} in {short_repr(providers)}."
             )
     return names
 
@@ -104,20 +102,14 @@ def provider_device_id(session: object, provider: str) -> int | None:
             return None
         all_options = get_options()
         if type(all_options) is not dict and not isinstance(all_options, Mapping):
-            _unchecked(
-                provider,
-                "session.get_provider_options() returned "
-                f"{type(all_options).__name__} {short_repr(all_options)}, not a mapping",
-            )
+            what = f"session.get_provider_options() returned {typed_repr(all_options)}"
+            _unchecked(provider, f"{what}, not a mapping")
             return None
         options = all_options.get(provider)
         if options is None:
             return None
         if type(options) is not dict and not isinstance(options, Mapping):
-            _unchecked(
-                provider,
-                f"its options are {type(options).__name__} {short_repr(options)}, not a mapping",
-            )
+            _unchecked(provider, f"its options are {typed_repr(options)}, not a mapping")
             return None
         raw = options.get("device_id")
     except Exception as error:
