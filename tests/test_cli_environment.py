@@ -67,7 +67,7 @@ class TestBadValues:
     @pytest.mark.parametrize(
         ("variable", "value", "message"),
         [
-            (RESOLUTION_MODE, "strict", f"{RESOLUTION_MODE}='strict' must be 'fail' or"),
+            (RESOLUTION_MODE, "strict", f"{RESOLUTION_MODE} must be one of 'fail', 'fallback'"),
             (FALLBACK_DEVICE, "gpu", f"{FALLBACK_DEVICE}='gpu' is not a device torch"),
             (
                 "ONNX_DEVICE_GUARD_WARN",

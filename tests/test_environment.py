@@ -216,7 +216,8 @@ class TestInAFreshProcess:
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
         assert lines[0] == "imported"
-        assert "ONNX_DEVICE_GUARD_RESOLUTION_MODE='strict'" in lines[1]
+        assert "ONNX_DEVICE_GUARD_RESOLUTION_MODE must be one of" in lines[1]
+        assert "got 'strict'" in lines[1]
 
     def test_fail_mode_for_a_whole_process(self) -> None:
         """ONNX_DEVICE_GUARD_RESOLUTION_MODE=fail makes a silent fallback raise."""

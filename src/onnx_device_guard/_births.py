@@ -145,7 +145,7 @@ _WATCHES: list[SessionWatch] = []
 """The watches in force, oldest first; the oldest one's settings apply."""
 
 
-class SessionWatch:
+class SessionWatch(contextlib.AbstractContextManager["SessionWatch"]):
     """A handle on one [`watch_sessions`][onnx_device_guard.watch_sessions]: `undo()` or `with`.
 
     Args:
@@ -165,12 +165,11 @@ class SessionWatch:
 
     def __init__(self, settings: Settings | None) -> None:
         self._settings = settings
-        self._undone = False
 
     @property
     def active(self) -> bool:
         """Whether this watch is still in force."""
-        return not self._undone
+        return self in _WATCHES
 
     def undo(self) -> None:
         """End this watch (once; again does nothing); the last to end puts onnxruntime back.
@@ -189,14 +188,9 @@ class SessionWatch:
             False
         """
         with _LOCK:
-            if self._undone:
-                return
-            self._undone = True
-            _WATCHES.remove(self)
-        release()
-
-    def __enter__(self) -> SessionWatch:
-        return self
+            if self in _WATCHES:
+                _WATCHES.remove(self)
+                release()
 
     def __exit__(self, *exc_info: object) -> None:
         self.undo()
@@ -350,18 +344,15 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     if owner is not None:
         model, check = owner
         check(model, session)
-    elif _WATCHES and birth.dropped and not birth.reported:
+    elif _WATCHES and birth.dropped:
         report_birth(birth, _WATCHES[0]._settings)
 
 
 def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birth:
     """Read what `InferenceSession(*args, **kwargs)` asked for, and what `session` got."""
-    source, sess_options, providers, options = (*args, None, None, None, None)[:4]
-    if kwargs:
-        source = kwargs.get("path_or_bytes", source)
-        sess_options = kwargs.get("sess_options", sess_options)
-        providers = kwargs.get("providers", providers)
-        options = kwargs.get("provider_options", options)
+    names = ("path_or_bytes", "sess_options", "providers", "provider_options")
+    given = dict(zip(names, args, strict=False)) | kwargs
+    source, sess_options, providers, options = map(given.get, names)
     asked: list[tuple[str, Mapping[str, Any]]] = [
         provider if isinstance(provider, tuple) else (provider, options[n] if options else {})
         for n, provider in enumerate(providers or ())
@@ -407,22 +398,21 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
     from ._policy import in_force
 
     used = in_force(settings or Settings())
-    mode, fallback, warn = used.resolution_mode, used.fallback_device, used.warn
     provider = birth.asked[0]
     problem = (
         f"onnxruntime dropped {provider} for the session of {short_repr(birth.file, 200)}: "
-        "it asked for "
-        f"{list(birth.asked)} and runs only {short_repr(list(birth.got), 200)}, so it cannot "
-        f"read tensors on {birth.device!r}. {why_dropped(provider)}"
+        f"it asked for {list(birth.asked)} and runs only {short_repr(list(birth.got), 200)}, "
+        f"so it cannot read tensors on {birth.device!r}. {why_dropped(provider)}"
     )
     birth.reported = True
-    if mode == "fail":
+    if used.resolution_mode == "fail":
         raise EnvironmentConfigurationError(problem, help_url=_HELP)
-    text = f"{problem} Its tensors belong on {str(fallback)!r}."
-    if warn:
+    fallback = str(used.fallback_device)
+    text = f"{problem} Its tensors belong on {fallback!r}."
+    if used.warn:
         warn_at_caller(text)
     logger.log(
-        logging.WARNING if warn else logging.DEBUG,
+        logging.WARNING if used.warn else logging.DEBUG,
         text,
         extra={
             "odg_event": "fallback",
@@ -431,7 +421,7 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
             "odg_asked_providers": list(birth.asked),
             "odg_providers": list(birth.got),
             "odg_requested_device": birth.device,
-            "odg_aligned_device": str(fallback),
+            "odg_aligned_device": fallback,
             "odg_help_url": _HELP,
         },
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from ._errors import ModelInputError
-from ._messages import short_repr
-from ._providers import MAX_DEVICE_INDEX
+from ._messages import short_repr, typed_repr
+from ._providers import INDICES, MAX_DEVICE_INDEX
 
 DeviceLike = torch.device | str | int
 """A `torch.device`, a string torch parses into one (`"cuda:1"`), or a CUDA index (`1`)."""
@@ -26,7 +26,7 @@ def as_device(value: object, name: str) -> torch.device:
     if not isinstance(value, str):
         raise ModelInputError(
             f"{name} must be a torch.device, a string such as 'cuda:0' or a CUDA index; "
-            f"got {type(value).__name__} {short_repr(value)}."
+            f"got {typed_repr(value)}."
         )
     text = str.__str__(value)  # a subclass's own comparison and hash play no part
     parsed = _PARSED.get(text)
@@ -41,14 +41,13 @@ def _parse(value: str, name: str) -> torch.device:
     # torch parses the index into a byte and wraps large numbers round (or
     # overflows on larger ones still): read the digits after the colon first.
     _, colon, written = value.rpartition(":")
-    if colon and written.isascii() and written.isdigit():
-        if len(written) > 1 and written.startswith("0"):
+    if colon and written.isascii() and written.isdigit() and written not in INDICES:
+        if written.startswith("0"):
             raise ModelInputError(
                 f"{name}={short_repr(value)} is malformed: a device index is written "
                 "without leading zeros, as in 'cuda:1'."
             )
-        if len(written) > len(str(MAX_DEVICE_INDEX)) or int(written) > MAX_DEVICE_INDEX:
-            raise _unaddressable(name, value, short_repr(written).strip("'"))
+        raise _unaddressable(name, value, short_repr(written).strip("'"))
     try:
         return torch.device(value)
     except (RuntimeError, ValueError, TypeError):

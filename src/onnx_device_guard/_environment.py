@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import cast
 
 import torch
 
 from ._devices import as_device
 from ._errors import ModelInputError, in_context
 from ._messages import short_repr
-from ._options import DeviceMismatchResolutionMode, Resolved, Settings
+from ._options import Resolved, Settings, check_mode
 
 VARIABLES = RESOLUTION_MODE, FALLBACK_DEVICE, WARN = (
     "ONNX_DEVICE_GUARD_RESOLUTION_MODE",
@@ -48,17 +47,13 @@ def read(environ: Mapping[str, str] = os.environ) -> Resolved:
         ModelInputError: A variable holds a value it cannot take.
     """
     mode, device, warn = (environ.get(name, "").strip() for name in VARIABLES)
-    if mode not in ("", "fail", "fallback"):
-        raise ModelInputError(
-            f"The environment variable {RESOLUTION_MODE}={short_repr(mode)} must be 'fail' or "
-            "'fallback' (or unset). Fix or unset it."
-        )
     try:
+        resolution_mode = check_mode(mode, RESOLUTION_MODE) if mode else None
         fallback = as_device(device, FALLBACK_DEVICE) if device else None
+        switch = parse_switch(WARN, warn)
     except ModelInputError as error:
         raise in_context(error, "The environment variable ", " Fix or unset it.") from None
-    resolution_mode = cast("DeviceMismatchResolutionMode | None", mode or None)
-    return Settings(resolution_mode, fallback, parse_switch(WARN, warn)).over(BUILT_IN)
+    return Settings(resolution_mode, fallback, switch).over(BUILT_IN)
 
 
 SWITCH_WORDS = {"1": True, "true": True, "yes": True, "on": True}
@@ -78,15 +73,12 @@ def parse_switch(name: str, text: str) -> bool | None:
         (False, None)
         >>> parse_switch("ONNX_DEVICE_GUARD_WARN", "maybe")
         Traceback (most recent call last):
-        onnx_device_guard.ModelInputError: The environment variable ONNX_DEVICE_GUARD_WARN=...
+        onnx_device_guard.ModelInputError: ONNX_DEVICE_GUARD_WARN='maybe' must be a yes/no ...
     """
     word = text.strip().lower()
-    if not word:
-        return None
-    if word not in SWITCH_WORDS:
+    if word and word not in SWITCH_WORDS:
         raise ModelInputError(
-            f"The environment variable {name}={short_repr(text.strip())} must be a yes/no "
-            "switch: 1, true, yes or on for yes; 0, false, no or off for no (any case), or "
-            "unset. Fix or unset it."
+            f"{name}={short_repr(text.strip())} must be a yes/no switch: 1, true, yes or on for "
+            "yes; 0, false, no or off for no (any case), or unset."
         )
-    return SWITCH_WORDS[word]
+    return SWITCH_WORDS.get(word)

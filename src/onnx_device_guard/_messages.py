@@ -23,26 +23,22 @@ def short_repr(value: object, limit: int = 80) -> str:
     return _short(cutting.repr, value, limit)
 
 
-def short_str(value: object, limit: int = 200) -> str:
-    """Return `str(value)` (an exception's text, say), cut, and never raise."""
-    return _short(str, value, limit)
+def typed_repr(value: object) -> str:
+    """`Type repr` of `value`, as a message names a value it cannot use."""
+    return f"{type(value).__name__} {short_repr(value)}"
 
 
 def error_text(error: BaseException, limit: int = 200) -> str:
     """`Type: message` of `error`, cut to `limit` characters, however broken its `str`."""
-    text = short_str(error, limit)
+    text = _short(str, error, limit)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 class _Cutting(reprlib.Repr):
-    """`reprlib.Repr`, naming an item whose `__repr__` raises as `_short` names the value."""
+    """`reprlib.Repr`, showing an item as `_short` shows the value: cut, named if it raises."""
 
     def repr_instance(self, x: Any, level: int) -> str:
-        try:
-            text = repr(x)
-        except Exception:
-            return f"<{type(x).__name__} object>"
-        return text if len(text) <= self.maxother else text[: self.maxother - 3] + "..."
+        return _short(repr, x, self.maxother)
 
 
 def _short(show: Callable[[object], str], value: object, limit: int) -> str:

@@ -15,7 +15,7 @@ import torch
 
 from ._devices import DeviceLike, as_device
 from ._errors import ModelInputError
-from ._messages import short_repr
+from ._messages import short_repr, typed_repr
 
 DeviceMismatchResolutionMode = Literal["fail", "fallback"]
 """How a device the session cannot read is resolved.
@@ -133,13 +133,13 @@ def guard_options(  # noqa: PLR0913 - one keyword per documented option
 _MODES: tuple[DeviceMismatchResolutionMode, ...] = get_args(DeviceMismatchResolutionMode)
 
 
-def check_mode(value: object) -> DeviceMismatchResolutionMode:
-    """Return `value` if it is a resolution mode, else raise `ModelInputError`."""
+def check_mode(value: object, name: str = "resolution_mode") -> DeviceMismatchResolutionMode:
+    """Return `value` if it is a resolution mode, else raise `ModelInputError` naming `name`."""
     for mode in _MODES:
         if isinstance(value, str) and value == mode:
             return mode
     choices = ", ".join(map(repr, _MODES))
-    raise ModelInputError(f"resolution_mode must be one of {choices}; got {short_repr(value)}.")
+    raise ModelInputError(f"{name} must be one of {choices}; got {short_repr(value)}.")
 
 
 def check_flag(name: str, value: object) -> bool:
@@ -164,7 +164,7 @@ def _session_source(value: object) -> SessionSource:
     raise ModelInputError(
         "session_attr must be an attribute name or a dotted path ('detector.infer.session'), "
         "a tuple of them, or a callable that takes the model and returns its session or "
-        f"sessions; got {type(value).__name__} {short_repr(value)}."
+        f"sessions; got {typed_repr(value)}."
     )
 
 
@@ -189,5 +189,5 @@ def _device_option(value: object) -> DeviceOption:
     raise ModelInputError(
         "device must be a torch.device, a string such as 'cuda', a CUDA index, or a callable "
         "that takes the factory call's arguments as a dict and returns one; "
-        f"got {type(value).__name__} {short_repr(value)}."
+        f"got {typed_repr(value)}."
     )

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 from ._devices import DeviceLike
 from ._environment import read as read_environment
 from ._errors import DeviceGuardError, ModelInputError
-from ._messages import short_repr
+from ._messages import short_repr, typed_repr
 from ._options import DeviceMismatchResolutionMode, Resolved, Settings, settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -145,11 +145,10 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
             return
         own.ended = True
         raise DeviceGuardError(
-            f"Leaving {self!r} out of order: a scope entered after it is still in force "
-            "(a scope entered inside a generator and left after its consumer entered "
-            "another, say). It has ended, but the scopes entered after it keep what they "
-            "inherited from it until they end. Enter and leave each device_policy with a "
-            "`with` block, around the loop that consumes a generator rather than inside it."
+            f"Leaving {self!r} out of order: a scope entered after it (by a generator's "
+            "consumer, say) is still in force. This one has ended; the later one keeps what it "
+            "inherited until it ends. Enter each device_policy with a `with` block, around the "
+            "loop that consumes a generator."
         )
 
     def __call__(self, function: F) -> F:
@@ -179,18 +178,14 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
             return cast(F, type(candidate)(self(candidate.__func__)))
         if not callable(candidate):
             raise ModelInputError(
-                "device_policy decorates a function or method; "
-                f"got {type(function).__name__} {short_repr(function)}."
+                f"device_policy decorates a function or method; got {typed_repr(function)}."
             )
         if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
             name = short_repr(getattr(function, "__qualname__", function))
             raise ModelInputError(
-                f"device_policy cannot decorate the generator function {name}: the scope "
-                "would end before the generator runs, and a scope entered inside a generator "
-                "is also seen by its consumer between iterations. Enter "
-                "`with device_policy(...):` around each use of the generator instead (around "
-                "the loop that consumes it), or pass the options explicitly to the calls "
-                "inside it."
+                f"device_policy cannot decorate the generator function {name}: the scope would "
+                "end before the generator runs. Enter `with device_policy(...):` around each use "
+                "of the generator instead, or pass the options explicitly to the calls inside it."
             )
         call = type(candidate).__call__  # an object whose `__call__` is `async def`
         if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call):

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._errors import ModelInputError
-from ._messages import logger, short_repr, short_str
+from ._messages import error_text, logger, short_repr, typed_repr
 
 MAX_DEVICE_INDEX = 127
 """The largest device index torch keeps as it is: it stores one in a signed byte."""
@@ -43,7 +43,7 @@ def require_session(session: object) -> Callable[[], object]:
     if not callable(get_providers):
         raise ModelInputError(
             "session must be an onnxruntime.InferenceSession, or any object with a "
-            f"get_providers() method; got {type(session).__name__} {short_repr(session)}."
+            f"get_providers() method; got {typed_repr(session)}."
         )
     return get_providers  # type: ignore[no-any-return]
 
@@ -63,20 +63,18 @@ def effective_providers(session: object) -> tuple[str, ...]:
         if isinstance(providers, str | bytes) or not iterable:
             raise ModelInputError(
                 "session.get_providers() must return a list (or another iterable) of provider "
-                f"names; got {type(providers).__name__} {short_repr(providers)}."
+                f"names; got {typed_repr(providers)}."
             )
     try:
         names = tuple(providers)
     except Exception as error:
-        what = f"({type(providers).__name__} {short_repr(providers)})"
-        raise _broken(
-            f"Iterating over what session.get_providers() returned {what}", error
-        ) from error
+        what = f"Iterating over what session.get_providers() returned ({typed_repr(providers)})"
+        raise _broken(what, error) from error
     for name in names:
         if type(name) is not str and not isinstance(name, str):
             raise ModelInputError(
                 "session.get_providers() must return provider names (strings); got "
-                f"{type(name).__name__} {short_repr(name)} in {short_repr(providers)}."
+                f"{typed_repr(name)} in {short_repr(providers)}."
             )
     return names
 
@@ -84,8 +82,7 @@ def effective_providers(session: object) -> tuple[str, ...]:
 def _broken(what: str, error: Exception) -> ModelInputError:
     """The error for a session whose `what` raised `error`."""
     return ModelInputError(
-        f"{what} raised {type(error).__name__}: {short_str(error)}. "
-        "Pass a fully initialised onnxruntime.InferenceSession."
+        f"{what} raised {error_text(error)}. Pass a fully initialised onnxruntime.InferenceSession."
     )
 
 
@@ -105,36 +102,21 @@ def provider_device_id(session: object, provider: str) -> int | None:
             return None
         all_options = get_options()
         if type(all_options) is not dict and not isinstance(all_options, Mapping):
-            _unchecked(
-                provider,
-                "session.get_provider_options() returned "
-                f"{type(all_options).__name__} {short_repr(all_options)}, not a mapping",
-            )
+            what = f"session.get_provider_options() returned {typed_repr(all_options)}"
+            _unchecked(provider, f"{what}, not a mapping")
             return None
         options = all_options.get(provider)
         if options is None:
             return None
         if type(options) is not dict and not isinstance(options, Mapping):
-            _unchecked(
-                provider,
-                f"its options are {type(options).__name__} {short_repr(options)}, not a mapping",
-            )
+            _unchecked(provider, f"its options are {typed_repr(options)}, not a mapping")
             return None
         raw = options.get("device_id")
     except Exception as error:
-        _unchecked(
-            provider,
-            f"reading session.get_provider_options() raised {type(error).__name__}: "
-            f"{short_str(error)}",
-        )
+        _unchecked(provider, f"reading session.get_provider_options() raised {error_text(error)}")
         return None
-    return None if raw is None else _device_id(provider, raw)
-
-
-def _device_id(provider: str, raw: object) -> int | None:
-    """`raw` as a GPU index; a value that is none is logged once per call, never raised."""
     index = parse_device_id(raw)
-    if index is None:
+    if index is None and raw is not None:
         _unchecked(
             provider,
             f"it reports device_id={short_repr(raw)}, which is not a GPU index torch "
@@ -145,26 +127,20 @@ def _device_id(provider: str, raw: object) -> int | None:
 
 def parse_device_id(raw: object) -> int | None:
     """`raw` (an int, or digits with whitespace around, as onnxruntime reads) as a GPU index."""
-    if type(raw) is str and raw in _INDICES:  # what onnxruntime reports: "0", "1"
-        return _INDICES[raw]
+    if isinstance(raw, str):  # looked up, never int(): it takes '٣', '+1' and a megabyte of digits
+        text = raw.strip()
+        return INDICES.get(text.lstrip("0") or "0") if text else None
     if isinstance(raw, bool):
         return None
-    if isinstance(raw, str):
-        text = raw.strip()
-        digits = text.lstrip("0") or "0"
-        # Never int() a megabyte of digits.
-        if not (text.isascii() and text.isdigit()) or len(digits) > len(str(MAX_DEVICE_INDEX)):
-            return None
-        index = int(digits)
-    else:
-        try:
-            index = operator.index(raw)  # type: ignore[arg-type]
-        except Exception:
-            return None
+    try:
+        index = operator.index(raw)  # type: ignore[arg-type]
+    except Exception:
+        return None
     return index if 0 <= index <= MAX_DEVICE_INDEX else None
 
 
-_INDICES = {str(index): index for index in range(MAX_DEVICE_INDEX + 1)}
+INDICES = {str(index): index for index in range(MAX_DEVICE_INDEX + 1)}
+"""Every GPU index torch addresses, by the digits that spell it without leading zeros."""
 
 
 def _unchecked(provider: str, why: str) -> None:
