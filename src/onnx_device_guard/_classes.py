@@ -8,6 +8,7 @@ methods and module-level functions, so a class cloudpickled by value arrives gua
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -36,14 +37,14 @@ _constructing = threading.local()
 
 @dataclass
 class _ClassGuard:
-    """What guarding a class replaced, for `unguard_class` (`None`: it had no such method)."""
+    """A guarded class's options, and what guarding it replaced, for `unguard_class`."""
 
     options: GuardOptions
-    init: Any
     init_subclass: Any
+    """The class's own `__init_subclass__`, which the hook calls; `None`: it had none."""
     origin: Any = None
-    new: Any = None
-    subclass_inits: list[tuple[type, Any]] = field(default_factory=list)
+    replaced: list[tuple[type, str, Any]] = field(default_factory=list)
+    """`(class, name, its own value before)`, in order; `None`: it had no own value."""
 
 
 def class_guard(cls: type) -> _ClassGuard | None:
@@ -71,9 +72,7 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
                 "change the instance after the guard has checked it. Guard the function "
                 "that creates its instances instead."
             )
-    guard = _ClassGuard(
-        options, cls.__dict__.get("__init__"), cls.__dict__.get("__init_subclass__"), origin
-    )
+    guard = _ClassGuard(options, cls.__dict__.get("__init_subclass__"), origin)
     try:
         setattr(cls, _GUARD, guard)
     except (TypeError, AttributeError) as error:
@@ -82,13 +81,13 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
             f"({type(error).__name__}: {error}). Guard the function that creates its "
             "instances instead."
         ) from error
-    if not _is_wrapper(guard.init):
-        type.__setattr__(cls, "__init__", _init_wrapper(cls, guard.init))
+    init = cls.__dict__.get("__init__")
+    if not _is_wrapper(init):
+        _replace(guard, cls, "__init__", _init_wrapper(cls, init))
     # A __new__ (of the class or a base) may return another type: then no __init__ runs.
     if any("__new__" in vars(klass) for klass in cls.__mro__[:-1]):
-        guard.new = cls.__dict__.get("__new__")
-        type.__setattr__(cls, "__new__", _new_wrapper(cls, guard.new))
-    type.__setattr__(cls, "__init_subclass__", _init_subclass_hook(cls, guard))
+        _replace(guard, cls, "__new__", _new_wrapper(cls, cls.__dict__.get("__new__")))
+    _replace(guard, cls, "__init_subclass__", _init_subclass_hook(cls, guard))
     for subclass in _all_subclasses(cls):
         _wrap_own_init(subclass, guard)
     return cls
@@ -99,21 +98,19 @@ def unguard_class(cls: type) -> None:
     guard = class_guard(cls)
     if guard is None:
         return
-    for subclass, init in reversed(guard.subclass_inits):
-        restore(subclass, "__init__", init)
-    restore(cls, "__init_subclass__", guard.init_subclass)
-    restore(cls, "__init__", guard.init)
-    if _is_wrapper(cls.__dict__.get("__new__")):
-        restore(cls, "__new__", guard.new)
+    for owner, name, value in reversed(guard.replaced):
+        if value is not None:
+            type.__setattr__(owner, name, value)
+        elif name in owner.__dict__:
+            type.__delattr__(owner, name)
     type.__delattr__(cls, _GUARD)
 
 
-def restore(cls: type, name: str, value: Any) -> None:
-    """Put `value` back as `cls`'s own `name`, or remove it when `value` is `None`."""
-    if value is not None:
-        type.__setattr__(cls, name, value)
-    elif name in cls.__dict__:
-        type.__delattr__(cls, name)
+def _replace(guard: _ClassGuard, owner: type, name: str, value: Any) -> None:
+    """Set `owner`'s own `name` to `value`, recording in `guard` what to put back."""
+    own = owner.__dict__.get(name)
+    type.__setattr__(owner, name, value)
+    guard.replaced.append((owner, name, own))
 
 
 _SIGNATURES: weakref.WeakKeyDictionary[type, inspect.Signature | None] = weakref.WeakKeyDictionary()
@@ -189,11 +186,8 @@ def _wrap_own_init(subclass: type, guard: _ClassGuard) -> None:
     init = subclass.__dict__.get("__init__")
     if init is None or _is_wrapper(init):
         return
-    try:
-        type.__setattr__(subclass, "__init__", _init_wrapper(subclass, init))
-    except (TypeError, AttributeError):  # an extension type: nothing to wrap
-        return
-    guard.subclass_inits.append((subclass, init))
+    with contextlib.suppress(TypeError, AttributeError):  # an extension type: nothing to wrap
+        _replace(guard, subclass, "__init__", _init_wrapper(subclass, init))
 
 
 def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
