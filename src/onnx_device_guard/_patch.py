@@ -1,8 +1,8 @@
 """`patch`: guard a third-party factory where it is defined, without editing its package.
 
 A function is replaced in its module and every module that copied it; a
-class is guarded in place (`_classes`). A post-import hook patches a module
-imported later, and `_ReloadFinder` patches a module executed again.
+class is guarded in place (`_classes`). `_ReloadFinder` patches a module
+imported later, or executed again.
 """
 
 from __future__ import annotations
@@ -133,8 +133,9 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
         installation = _installed.get(target) or _patched_under_another_name(match)
         if installation is None:
             installation = _Installation(target, match["module"], match["path"], options)
-            # Applied now if the module is loaded, else when it is imported.
-            wrapt.register_post_import_hook(installation.on_import, installation.module_name)
+            module = sys.modules.get(installation.module_name)
+            if module is not None:  # else _ReloadFinder applies it as the module is imported
+                installation.apply(module)
             _installed[target] = installation
             use()  # sessions are observed at birth while the patch is in place
         elif installation.options != options:
@@ -266,9 +267,6 @@ class Patch:
             installation.handles -= 1
             if installation.handles == 0:
                 installation.stop()
-                if _installed.get(installation.target) is installation:
-                    del _installed[installation.target]
-                    release()  # else released when its import failed
 
     def __enter__(self) -> Patch:
         return self
@@ -290,27 +288,18 @@ class _Installation:
     path: str
     options: GuardOptions
     handles: int = 0
-    applied: bool = False
     cancelled: bool = False
     lost: bool = False
     undo_steps: list[Callable[[], None]] = field(default_factory=list)
 
-    def on_import(self, module: types.ModuleType, again: bool = False) -> None:
-        """Apply the patch to its module, loaded now or (`again`) executed again while patched.
-
-        What an earlier application replaced stays replaced until `undo()`.
-        """
-        with _lock:
-            if self.cancelled or self.lost or self.applied != again:
-                return
-            try:
-                self.apply(module)
-            except ModelInputError:
-                self.lost = True  # its handles are no longer active
-                if not again and _installed.get(self.target) is self:  # never took: let a new
-                    del _installed[self.target]  # patch() in
-                    release()
-                raise
+    def on_import(self, module: types.ModuleType) -> None:
+        """Apply the patch to its module, just executed (what an earlier run replaced stays)."""
+        try:
+            self.apply(module)
+        except ModelInputError:
+            self.lost = True  # its handles are no longer active
+            self.forget()  # a new patch() may take its place
+            raise
 
     def stop(self) -> None:
         """Put back what the patch replaced; the sessions of models it guarded stop following."""
@@ -319,6 +308,13 @@ class _Installation:
             step()
         self.undo_steps.clear()
         stop_following(self)
+        self.forget()
+
+    def forget(self) -> None:
+        """Take the patch out of `_installed`, so no import applies it, and release the hooks."""
+        if _installed.get(self.target) is self:  # else forgotten when an import lost it
+            del _installed[self.target]
+            release()
 
     def apply(self, module: types.ModuleType) -> None:
         try:
@@ -353,7 +349,6 @@ class _Installation:
                 )
         else:
             self._wrap(owner, name, original)
-        self.applied = True
 
     def _wrap(self, owner: object, name: str, original: object) -> None:
         """Wrap a method on its class, or a function in its module and every copy of it."""
@@ -395,10 +390,10 @@ def _not_patchable(value: object) -> str | None:
 
 
 class _ReloadFinder(importlib.abc.MetaPathFinder):
-    """Answers only for a module with a patch in place: its spec, with a `_ReapplyingLoader`."""
+    """Answers only for a module with a patch on it: its spec, with a `_ReapplyingLoader`."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
-        if not any(i.module_name == fullname and i.applied for i in list(_installed.values())):
+        if not any(i.module_name == fullname for i in list(_installed.values())):
             return None
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
@@ -413,7 +408,7 @@ class _ReloadFinder(importlib.abc.MetaPathFinder):
 
 
 class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
-    """A module's own loader; after `exec_module` it applies the module's patches again."""
+    """A module's own loader; after `exec_module` it applies the module's patches (again)."""
 
     def __init__(self, loader: Any, name: str) -> None:
         super().__init__(loader)
@@ -432,7 +427,7 @@ class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
             for installation in list(_installed.values()):
                 if installation.module_name == self._self_name:
                     try:
-                        installation.on_import(module, again=True)
+                        installation.on_import(module)
                     except ModelInputError as error:
                         failure = failure or error
             if failure is not None:
