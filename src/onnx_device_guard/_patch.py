@@ -338,15 +338,10 @@ class _Installation:
                 "calls it with device_guard instead."
             )
         elif isinstance(original, type) and not isinstance(owner, type):
-            guard = class_guard(original)  # one guarded by device_guard in its source stays
-            if guard is None:
-                guard_class(original, self.options, origin=self)
+            guarded_in_source = class_guard(original) is not None  # by device_guard: it stays
+            guard_class(original, self.options, origin=self)  # which refuses other options
+            if not guarded_in_source:
                 self.undo_steps.append(functools.partial(unguard_class, original))
-            elif guard.options != self.options:
-                raise ModelInputError(
-                    f"patch({self.target!r}): the class is already guarded with other "
-                    f"options ({guard.options}); patch it with those, or not at all."
-                )
         else:
             self._wrap(owner, name, original)
 
