@@ -460,7 +460,8 @@ class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
     """A patched method bound to its class or instance; pickles as that binding, guarded."""
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        return (_bound_elsewhere, (self._self_parent, self._self_instance, self._self_owner))
+        # The patched function's own __get__ (it pickles as getattr of it) binds it again.
+        return (self._self_parent.__get__, (self._self_instance, self._self_owner))
 
 
 PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: ignore[misc]
@@ -472,11 +473,6 @@ def _guarded_elsewhere(target: str, options: GuardOptions) -> Any:
     if isinstance(original, PatchedFunction):  # patched here too
         return original
     return PatchedFunction(original, target, options)
-
-
-def _bound_elsewhere(wrapper: PatchedFunction, instance: object, owner: type) -> Any:
-    """Unpickle a patched method bound to `instance` (`None`: to the class `owner`)."""
-    return wrapper.__get__(instance, owner)
 
 
 def _references(value: object) -> list[tuple[dict[str, Any], str]]:
