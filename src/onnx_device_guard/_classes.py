@@ -40,8 +40,6 @@ class _ClassGuard:
     """A guarded class's options, and what guarding it replaced, for `unguard_class`."""
 
     options: GuardOptions
-    init_subclass: Any
-    """The class's own `__init_subclass__`, which the hook calls; `None`: it had none."""
     origin: Any = None
     replaced: list[tuple[type, str, Any]] = field(default_factory=list)
     """`(class, name, its own value before)`, in order; `None`: it had no own value."""
@@ -72,7 +70,7 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
                 "change the instance after the guard has checked it. Guard the function "
                 "that creates its instances instead."
             )
-    guard = _ClassGuard(options, cls.__dict__.get("__init_subclass__"), origin)
+    guard = _ClassGuard(options, origin)
     try:
         setattr(cls, _GUARD, guard)
     except (TypeError, AttributeError) as error:
@@ -87,7 +85,8 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
     # A __new__ (of the class or a base) may return another type: then no __init__ runs.
     if any("__new__" in vars(klass) for klass in cls.__mro__[:-1]):
         _replace(guard, cls, "__new__", _new_wrapper(cls, cls.__dict__.get("__new__")))
-    _replace(guard, cls, "__init_subclass__", _init_subclass_hook(cls, guard))
+    hook = _init_subclass_hook(cls, cls.__dict__.get("__init_subclass__"), guard)
+    _replace(guard, cls, "__init_subclass__", hook)
     for subclass in _all_subclasses(cls):
         _wrap_own_init(subclass, guard)
     return cls
@@ -255,14 +254,14 @@ def _inherited_init(cls: type) -> Callable[..., None]:
     return __init__
 
 
-def _init_subclass_hook(cls: type, guard: _ClassGuard) -> classmethod[Any, Any, None]:
-    """An `__init_subclass__` for `cls` that wraps each new subclass's own `__init__`."""
+def _init_subclass_hook(cls: type, own: Any, guard: _ClassGuard) -> classmethod[Any, Any, None]:
+    """`cls`'s `__init_subclass__`: runs its `own` (or the inherited one), then wraps `__init__`."""
 
     def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
-        if guard.init_subclass is None:
+        if own is None:
             super(cls, subclass).__init_subclass__(**kwargs)  # type: ignore[arg-type]
         else:
-            guard.init_subclass.__get__(None, subclass)(**kwargs)
+            own.__get__(None, subclass)(**kwargs)
         _wrap_own_init(subclass, guard)
 
     __init_subclass__.__qualname__ = f"{cls.__qualname__}.__init_subclass__"
