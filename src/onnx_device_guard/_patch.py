@@ -292,15 +292,6 @@ class _Installation:
     lost: bool = False
     undo_steps: list[Callable[[], None]] = field(default_factory=list)
 
-    def on_import(self, module: types.ModuleType) -> None:
-        """Apply the patch to its module, just executed (what an earlier run replaced stays)."""
-        try:
-            self.apply(module)
-        except ModelInputError:
-            self.lost = True  # its handles are no longer active
-            self.forget()  # a new patch() may take its place
-            raise
-
     def stop(self) -> None:
         """Put back what the patch replaced; the sessions of models it guarded stop following."""
         self.cancelled = True
@@ -420,11 +411,14 @@ class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
         with _lock:
             failure: ModelInputError | None = None
             for installation in list(_installed.values()):
-                if installation.module_name == self._self_name:
-                    try:
-                        installation.on_import(module)
-                    except ModelInputError as error:
-                        failure = failure or error
+                if installation.module_name != self._self_name:
+                    continue
+                try:  # what an earlier run of the module replaced stays replaced until undo()
+                    installation.apply(module)
+                except ModelInputError as error:
+                    installation.lost = True  # its handles are no longer active
+                    installation.forget()  # a new patch() may take its place
+                    failure = failure or error
             if failure is not None:
                 raise failure
 
