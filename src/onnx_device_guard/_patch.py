@@ -388,7 +388,7 @@ class _ReloadFinder(importlib.abc.MetaPathFinder):
             spec: ModuleSpec | None = find(fullname, path, target)
             if spec is not None:
                 if hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ReapplyingLoader(spec.loader, fullname)  # type: ignore[assignment]
+                    spec.loader = _ReapplyingLoader(spec.loader)  # type: ignore[assignment]
                 return spec
         return None
 
@@ -396,11 +396,8 @@ class _ReloadFinder(importlib.abc.MetaPathFinder):
 class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
     """A module's own loader; after `exec_module` it applies the module's patches (again)."""
 
-    def __init__(self, loader: Any, name: str) -> None:
-        super().__init__(loader)
-        self._self_name = name
-
     def exec_module(self, module: types.ModuleType) -> None:
+        name = module.__name__  # the spec's, set by the import system (the code may change it)
         # The import system set the module's loader to this proxy: give it its own back.
         if getattr(module, "__loader__", None) is self:
             module.__loader__ = self.__wrapped__
@@ -411,7 +408,7 @@ class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
         with _lock:
             failure: ModelInputError | None = None
             for installation in list(_installed.values()):
-                if installation.module_name != self._self_name:
+                if installation.module_name != name:
                     continue
                 try:  # what an earlier run of the module replaced stays replaced until undo()
                     installation.apply(module)
