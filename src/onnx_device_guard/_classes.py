@@ -65,19 +65,17 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
     for meta in inspect.getmro(type(cls)):
         if meta is not type and meta is not object and "__call__" in vars(meta):
             raise ModelInputError(
-                f"Cannot guard the class {cls.__qualname__}: its metaclass "
-                f"{meta.__qualname__} defines __call__, which runs around __init__ and may "
-                "change the instance after the guard has checked it. Guard the function "
-                "that creates its instances instead."
+                f"Cannot guard the class {cls.__qualname__}: its metaclass {meta.__qualname__} "
+                "defines __call__, which may change the instance after __init__ has returned. "
+                "Guard the function that creates its instances instead."
             )
     guard = _ClassGuard(options, origin)
     try:
         setattr(cls, _GUARD, guard)
     except (TypeError, AttributeError) as error:
         raise ModelInputError(
-            f"Cannot guard the class {cls.__qualname__}: its attributes cannot be set "
-            f"({type(error).__name__}: {error}). Guard the function that creates its "
-            "instances instead."
+            f"Cannot guard the class {cls.__qualname__}: its attributes cannot be set ({error}). "
+            "Guard the function that creates its instances instead."
         ) from error
     init = cls.__dict__.get("__init__")
     if not _is_wrapper(init):

@@ -324,9 +324,8 @@ class _Installation:
                 )
         elif not isinstance(original, type) and (why := _not_patchable(original)):
             raise ModelInputError(
-                f"patch({self.target!r}): {self.target} is {why}. patch() guards Python "
-                "functions, classes and methods; guard a Python function of yours that "
-                "calls it with device_guard instead."
+                f"patch({self.target!r}): it is {why}. Guard a Python function of yours "
+                "that calls it with device_guard instead."
             )
         elif isinstance(original, type) and not isinstance(owner, type):
             guarded_in_source = class_guard(original) is not None  # by device_guard: it stays
