@@ -130,14 +130,15 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
     )
     _check_installed(target, match["module"])
     with _lock:
-        installation = _installed.get(target) or _patched_under_another_name(match)
+        installation = _installed.get(target)
         if installation is None:
-            installation = _Installation(target, match["module"], match["path"], options)
-            module = sys.modules.get(installation.module_name)
-            if module is not None:  # else _ReloadFinder applies it as the module is imported
-                installation.apply(module)
-            _installed[target] = installation
-            use()  # sessions are observed at birth while the patch is in place
+            new = _Installation(target, match["module"], match["path"], options)
+            module = sys.modules.get(new.module_name)
+            # Else _ReloadFinder applies it as the module is imported.
+            installation = new if module is None else new.apply(module)
+            if installation is new:
+                _installed[target] = new
+                use()  # sessions are observed at birth while the patch is in place
         elif installation.options != options:
             raise ModelInputError(
                 f"{target!r} is already patched with other options "
@@ -181,13 +182,6 @@ def _missing(module: types.ModuleType, path: str) -> str:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             return f"{where} has no attribute {part!r}{hint}"
     return f"{path} cannot be read"
-
-
-def _patched_under_another_name(match: re.Match[str]) -> _Installation | None:
-    try:
-        return _patch_of(wrapt.resolve_path(sys.modules[match["module"]], match["path"])[2])
-    except Exception:  # not loaded, missing, or a lazy attribute that fails: apply() reports it
-        return None
 
 
 def _patch_of(value: object) -> _Installation | None:
@@ -307,7 +301,8 @@ class _Installation:
             del _installed[self.target]
             release()
 
-    def apply(self, module: types.ModuleType) -> None:
+    def apply(self, module: types.ModuleType) -> _Installation:
+        """Patch `module`; the patch that holds the target: this one, or one of another name."""
         try:
             owner, name, original = wrapt.resolve_path(module, self.path)
         except wrapt.PathResolutionError:
@@ -334,6 +329,7 @@ class _Installation:
                 self.undo_steps.append(functools.partial(unguard_class, original))
         else:
             self._wrap(owner, name, original)
+        return other or self
 
     def _wrap(self, owner: object, name: str, original: object) -> None:
         """Wrap a method on its class, or a function in its module and every copy of it."""
