@@ -150,10 +150,7 @@ def _new_wrapper(cls: type, new: Any) -> Any:
     """A `__new__` that aligns what it returns when no `__init__` will: another type."""
 
     def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-        if new is None:
-            instance = super(cls, klass).__new__(klass, *args, **kwargs)  # type: ignore[arg-type]
-        else:
-            instance = new.__func__(klass, *args, **kwargs)
+        instance = _own_or_inherited(cls, new, "__new__", klass)(klass, *args, **kwargs)
         if not isinstance(instance, klass):
             _align(instance, klass, args, kwargs)
         return instance
@@ -161,6 +158,11 @@ def _new_wrapper(cls: type, new: Any) -> Any:
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"
     setattr(__new__, _WRAPPER_MARK, True)
     return staticmethod(__new__)
+
+
+def _own_or_inherited(cls: type, own: Any, name: str, klass: type) -> Any:
+    """`cls`'s `own` method `name` bound for `klass`, or without one, the next in `klass`'s MRO."""
+    return getattr(super(cls, klass), name) if own is None else own.__get__(None, klass)
 
 
 def _is_wrapper(method: object) -> bool:
@@ -256,10 +258,7 @@ def _init_subclass_hook(cls: type, own: Any, guard: _ClassGuard) -> classmethod[
     """`cls`'s `__init_subclass__`: runs its `own` (or the inherited one), then wraps `__init__`."""
 
     def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
-        if own is None:
-            super(cls, subclass).__init_subclass__(**kwargs)  # type: ignore[arg-type]
-        else:
-            own.__get__(None, subclass)(**kwargs)
+        _own_or_inherited(cls, own, "__init_subclass__", subclass)(**kwargs)
         _wrap_own_init(subclass, guard)
 
     __init_subclass__.__qualname__ = f"{cls.__qualname__}.__init_subclass__"
