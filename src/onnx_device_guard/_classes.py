@@ -28,7 +28,7 @@ _GUARD = "__onnx_device_guard_class__"
 """The attribute, in a guarded class's own `__dict__`, that holds its `_ClassGuard`."""
 
 _WRAPPER_MARK = "__onnx_device_guard_init__"
-"""Set on every `__init__` and `__new__` this module makes, so none is wrapped twice."""
+"""Set on every `__init__` this module makes, so none is wrapped twice."""
 
 
 _constructing = threading.local()
@@ -156,7 +156,6 @@ def _new_wrapper(cls: type, new: Any) -> Any:
         return instance
 
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"
-    setattr(__new__, _WRAPPER_MARK, True)
     return staticmethod(__new__)
 
 
@@ -165,10 +164,8 @@ def _own_or_inherited(cls: type, own: Any, name: str, klass: type) -> Any:
     return getattr(super(cls, klass), name) if own is None else own.__get__(None, klass)
 
 
-def _is_wrapper(method: object) -> bool:
-    if isinstance(method, staticmethod):
-        method = method.__func__
-    return getattr(method, _WRAPPER_MARK, False) is True
+def _is_wrapper(init: object) -> bool:
+    return getattr(init, _WRAPPER_MARK, False) is True
 
 
 def _all_subclasses(cls: type) -> list[type]:
