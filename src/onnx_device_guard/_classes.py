@@ -226,8 +226,7 @@ def _inherited_init(cls: type) -> Callable[..., None]:
     """The `__init__` a class without its own runs: the next one in the instance's MRO."""
 
     def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        params = cls.__dict__.get("__dataclass_params__")
-        if params is not None and getattr(params, "init", False):
+        if getattr(cls.__dict__.get("__dataclass_params__"), "init", False):
             # @dataclass ran after the guard and kept the guard's __init__
             # instead of writing its own: the fields would never be set.
             raise DeviceGuardError(
