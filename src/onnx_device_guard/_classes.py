@@ -85,8 +85,7 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
         _replace(guard, cls, "__new__", _new_wrapper(cls, cls.__dict__.get("__new__")))
     hook = _init_subclass_hook(cls, cls.__dict__.get("__init_subclass__"), guard)
     _replace(guard, cls, "__init_subclass__", hook)
-    for subclass in _all_subclasses(cls):
-        _wrap_own_init(subclass, guard)
+    _wrap_subclasses(cls, guard)
     return cls
 
 
@@ -168,13 +167,12 @@ def _is_wrapper(init: object) -> bool:
     return getattr(init, _WRAPPER_MARK, False) is True
 
 
-def _all_subclasses(cls: type) -> list[type]:
-    """Every subclass of `cls`, at any depth, each once."""
-    found: dict[type, None] = {}
+def _wrap_subclasses(cls: type, guard: _ClassGuard) -> None:
+    """Wrap the own `__init__` of every subclass of `cls`, at any depth (in a diamond, once)."""
     subclasses: list[type] = type.__subclasses__(cls)
     for subclass in subclasses:
-        found.update(dict.fromkeys([subclass, *_all_subclasses(subclass)]))
-    return list(found)
+        _wrap_own_init(subclass, guard)
+        _wrap_subclasses(subclass, guard)
 
 
 def _wrap_own_init(subclass: type, guard: _ClassGuard) -> None:
