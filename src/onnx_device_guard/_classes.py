@@ -15,14 +15,12 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from ._births import collecting, use
 from ._errors import DeviceGuardError, ModelInputError
 from ._model_alignment import Call, align_model
 from ._options import GuardOptions
-
-C = TypeVar("C", bound=type)
 
 _GUARD = "__onnx_device_guard_class__"
 """The attribute, in a guarded class's own `__dict__`, that holds its `_ClassGuard`."""
@@ -51,12 +49,12 @@ def class_guard(cls: type) -> _ClassGuard | None:
     return guard if isinstance(guard, _ClassGuard) else None
 
 
-def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
-    """Guard the construction of `cls` in place and return it; again, only with equal options."""
+def guard_class(cls: type, options: GuardOptions, origin: object = None) -> None:
+    """Guard the construction of `cls` in place; again, only with equal options."""
     existing = class_guard(cls)
     if existing is not None:
         if existing.options == options:
-            return cls
+            return
         raise ModelInputError(
             f"The class {cls.__qualname__} is already guarded with other options "
             f"({existing.options}), so it cannot also be guarded with "
@@ -86,7 +84,6 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
     hook = _init_subclass_hook(cls, cls.__dict__.get("__init_subclass__"), guard)
     _replace(guard, cls, "__init_subclass__", hook)
     _wrap_subclasses(cls, guard)
-    return cls
 
 
 def unguard_class(cls: type) -> None:
