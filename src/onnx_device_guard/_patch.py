@@ -364,10 +364,7 @@ def _not_patchable(value: object) -> str | None:
         return f"a {type(function).__name__}, not a function, class or method"
     if isinstance(inspect.getattr_static(type(function), "__call__", None), types.FunctionType):
         return None
-    return (
-        f"{short_repr(function)}, a {type(function).__name__} written in C: such an "
-        "object is shared by every module that imports it"
-    )
+    return f"{short_repr(function)}, written in C and shared by every module that imports it"
 
 
 class _ReloadFinder(importlib.abc.MetaPathFinder):
