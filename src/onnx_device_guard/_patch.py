@@ -111,7 +111,7 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
         >>> del sys.modules["loaders"]
     """
     if not any(isinstance(finder, _ReloadFinder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _ReloadFinder())  # to patch a module executed again
+        sys.meta_path.insert(0, _ReloadFinder())  # to patch a module as it is imported
     match = _TARGET.fullmatch(target) if isinstance(target, str) else None
     if match is None:
         raise ModelInputError(
@@ -275,7 +275,7 @@ class Patch:
 
 @dataclass(eq=False)
 class _Installation:
-    """One target's patch; `cancelled` by the last `undo()`, `lost` if a re-run module lacks it."""
+    """One target's patch; `cancelled` by the last `undo()`, `lost` if its module lacks it."""
 
     target: str
     module_name: str
