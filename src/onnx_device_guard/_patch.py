@@ -391,11 +391,9 @@ class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
     def exec_module(self, module: types.ModuleType) -> None:
         name = module.__name__  # the spec's, set by the import system (the code may change it)
         # The import system set the module's loader to this proxy: give it its own back.
-        if getattr(module, "__loader__", None) is self:
-            module.__loader__ = self.__wrapped__
-        spec = getattr(module, "__spec__", None)
-        if spec is not None and spec.loader is self:
-            spec.loader = self.__wrapped__
+        for holder, attribute in ((module, "__loader__"), (module.__spec__, "loader")):
+            if getattr(holder, attribute, None) is self:
+                setattr(holder, attribute, self.__wrapped__)
         self.__wrapped__.exec_module(module)
         with _lock:
             failure: ModelInputError | None = None
