@@ -8,26 +8,25 @@ methods and module-level functions, so a class cloudpickled by value arrives gua
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from ._births import collecting, use
 from ._errors import DeviceGuardError, ModelInputError
 from ._model_alignment import Call, align_model
 from ._options import GuardOptions
 
-C = TypeVar("C", bound=type)
-
 _GUARD = "__onnx_device_guard_class__"
 """The attribute, in a guarded class's own `__dict__`, that holds its `_ClassGuard`."""
 
 _WRAPPER_MARK = "__onnx_device_guard_init__"
-"""Set on every `__init__` and `__new__` this module makes, so none is wrapped twice."""
+"""Set on every `__init__` this module makes, so none is wrapped twice."""
 
 
 _constructing = threading.local()
@@ -36,14 +35,12 @@ _constructing = threading.local()
 
 @dataclass
 class _ClassGuard:
-    """What guarding a class replaced, for `unguard_class` (`None`: it had no such method)."""
+    """A guarded class's options, and what guarding it replaced, for `unguard_class`."""
 
     options: GuardOptions
-    init: Any
-    init_subclass: Any
     origin: Any = None
-    new: Any = None
-    subclass_inits: list[tuple[type, Any]] = field(default_factory=list)
+    replaced: list[tuple[type, str, Any]] = field(default_factory=list)
+    """`(class, name, its own value before)`, in order; `None`: it had no own value."""
 
 
 def class_guard(cls: type) -> _ClassGuard | None:
@@ -52,12 +49,12 @@ def class_guard(cls: type) -> _ClassGuard | None:
     return guard if isinstance(guard, _ClassGuard) else None
 
 
-def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
-    """Guard the construction of `cls` in place and return it; again, only with equal options."""
+def guard_class(cls: type, options: GuardOptions, origin: object = None) -> None:
+    """Guard the construction of `cls` in place; again, only with equal options."""
     existing = class_guard(cls)
     if existing is not None:
         if existing.options == options:
-            return cls
+            return
         raise ModelInputError(
             f"The class {cls.__qualname__} is already guarded with other options "
             f"({existing.options}), so it cannot also be guarded with "
@@ -66,32 +63,27 @@ def guard_class(cls: C, options: GuardOptions, origin: object = None) -> C:
     for meta in inspect.getmro(type(cls)):
         if meta is not type and meta is not object and "__call__" in vars(meta):
             raise ModelInputError(
-                f"Cannot guard the class {cls.__qualname__}: its metaclass "
-                f"{meta.__qualname__} defines __call__, which runs around __init__ and may "
-                "change the instance after the guard has checked it. Guard the function "
-                "that creates its instances instead."
+                f"Cannot guard the class {cls.__qualname__}: its metaclass {meta.__qualname__} "
+                "defines __call__, which may change the instance after __init__ has returned. "
+                "Guard the function that creates its instances instead."
             )
-    guard = _ClassGuard(
-        options, cls.__dict__.get("__init__"), cls.__dict__.get("__init_subclass__"), origin
-    )
+    guard = _ClassGuard(options, origin)
     try:
         setattr(cls, _GUARD, guard)
     except (TypeError, AttributeError) as error:
         raise ModelInputError(
-            f"Cannot guard the class {cls.__qualname__}: its attributes cannot be set "
-            f"({type(error).__name__}: {error}). Guard the function that creates its "
-            "instances instead."
+            f"Cannot guard the class {cls.__qualname__}: its attributes cannot be set ({error}). "
+            "Guard the function that creates its instances instead."
         ) from error
-    if not _is_wrapper(guard.init):
-        type.__setattr__(cls, "__init__", _init_wrapper(cls, guard.init))
+    init = cls.__dict__.get("__init__")
+    if not _is_wrapper(init):
+        _replace(guard, cls, "__init__", _init_wrapper(cls, init))
     # A __new__ (of the class or a base) may return another type: then no __init__ runs.
     if any("__new__" in vars(klass) for klass in cls.__mro__[:-1]):
-        guard.new = cls.__dict__.get("__new__")
-        type.__setattr__(cls, "__new__", _new_wrapper(cls, guard.new))
-    type.__setattr__(cls, "__init_subclass__", _init_subclass_hook(cls, guard))
-    for subclass in _all_subclasses(cls):
-        _wrap_own_init(subclass, guard)
-    return cls
+        _replace(guard, cls, "__new__", _new_wrapper(cls, cls.__dict__.get("__new__")))
+    hook = _init_subclass_hook(cls, cls.__dict__.get("__init_subclass__"), guard)
+    _replace(guard, cls, "__init_subclass__", hook)
+    _wrap_subclasses(cls, guard)
 
 
 def unguard_class(cls: type) -> None:
@@ -99,21 +91,19 @@ def unguard_class(cls: type) -> None:
     guard = class_guard(cls)
     if guard is None:
         return
-    for subclass, init in reversed(guard.subclass_inits):
-        restore(subclass, "__init__", init)
-    restore(cls, "__init_subclass__", guard.init_subclass)
-    restore(cls, "__init__", guard.init)
-    if _is_wrapper(cls.__dict__.get("__new__")):
-        restore(cls, "__new__", guard.new)
+    for owner, name, value in reversed(guard.replaced):
+        if value is not None:
+            type.__setattr__(owner, name, value)
+        elif name in owner.__dict__:
+            type.__delattr__(owner, name)
     type.__delattr__(cls, _GUARD)
 
 
-def restore(cls: type, name: str, value: Any) -> None:
-    """Put `value` back as `cls`'s own `name`, or remove it when `value` is `None`."""
-    if value is not None:
-        type.__setattr__(cls, name, value)
-    elif name in cls.__dict__:
-        type.__delattr__(cls, name)
+def _replace(guard: _ClassGuard, owner: type, name: str, value: Any) -> None:
+    """Set `owner`'s own `name` to `value`, recording in `guard` what to put back."""
+    own = owner.__dict__.get(name)
+    type.__setattr__(owner, name, value)
+    guard.replaced.append((owner, name, own))
 
 
 _SIGNATURES: weakref.WeakKeyDictionary[type, inspect.Signature | None] = weakref.WeakKeyDictionary()
@@ -156,32 +146,30 @@ def _new_wrapper(cls: type, new: Any) -> Any:
     """A `__new__` that aligns what it returns when no `__init__` will: another type."""
 
     def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-        if new is None:
-            instance = super(cls, klass).__new__(klass, *args, **kwargs)  # type: ignore[arg-type]
-        else:
-            instance = new.__func__(klass, *args, **kwargs)
+        instance = _own_or_inherited(cls, new, "__new__", klass)(klass, *args, **kwargs)
         if not isinstance(instance, klass):
             _align(instance, klass, args, kwargs)
         return instance
 
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"
-    setattr(__new__, _WRAPPER_MARK, True)
     return staticmethod(__new__)
 
 
-def _is_wrapper(method: object) -> bool:
-    if isinstance(method, staticmethod):
-        method = method.__func__
-    return getattr(method, _WRAPPER_MARK, False) is True
+def _own_or_inherited(cls: type, own: Any, name: str, klass: type) -> Any:
+    """`cls`'s `own` method `name` bound for `klass`, or without one, the next in `klass`'s MRO."""
+    return getattr(super(cls, klass), name) if own is None else own.__get__(None, klass)
 
 
-def _all_subclasses(cls: type) -> list[type]:
-    """Every subclass of `cls`, at any depth, each once."""
-    found: dict[type, None] = {}
+def _is_wrapper(init: object) -> bool:
+    return getattr(init, _WRAPPER_MARK, False) is True
+
+
+def _wrap_subclasses(cls: type, guard: _ClassGuard) -> None:
+    """Wrap the own `__init__` of every subclass of `cls`, at any depth (in a diamond, once)."""
     subclasses: list[type] = type.__subclasses__(cls)
     for subclass in subclasses:
-        found.update(dict.fromkeys([subclass, *_all_subclasses(subclass)]))
-    return list(found)
+        _wrap_own_init(subclass, guard)
+        _wrap_subclasses(subclass, guard)
 
 
 def _wrap_own_init(subclass: type, guard: _ClassGuard) -> None:
@@ -189,11 +177,8 @@ def _wrap_own_init(subclass: type, guard: _ClassGuard) -> None:
     init = subclass.__dict__.get("__init__")
     if init is None or _is_wrapper(init):
         return
-    try:
-        type.__setattr__(subclass, "__init__", _init_wrapper(subclass, init))
-    except (TypeError, AttributeError):  # an extension type: nothing to wrap
-        return
-    guard.subclass_inits.append((subclass, init))
+    with contextlib.suppress(TypeError, AttributeError):  # an extension type: nothing to wrap
+        _replace(guard, subclass, "__init__", _init_wrapper(subclass, init))
 
 
 def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
@@ -236,8 +221,7 @@ def _inherited_init(cls: type) -> Callable[..., None]:
     """The `__init__` a class without its own runs: the next one in the instance's MRO."""
 
     def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        params = cls.__dict__.get("__dataclass_params__")
-        if params is not None and getattr(params, "init", False):
+        if getattr(cls.__dict__.get("__dataclass_params__"), "init", False):
             # @dataclass ran after the guard and kept the guard's __init__
             # instead of writing its own: the fields would never be set.
             raise DeviceGuardError(
@@ -261,14 +245,11 @@ def _inherited_init(cls: type) -> Callable[..., None]:
     return __init__
 
 
-def _init_subclass_hook(cls: type, guard: _ClassGuard) -> classmethod[Any, Any, None]:
-    """An `__init_subclass__` for `cls` that wraps each new subclass's own `__init__`."""
+def _init_subclass_hook(cls: type, own: Any, guard: _ClassGuard) -> classmethod[Any, Any, None]:
+    """`cls`'s `__init_subclass__`: runs its `own` (or the inherited one), then wraps `__init__`."""
 
     def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
-        if guard.init_subclass is None:
-            super(cls, subclass).__init_subclass__(**kwargs)  # type: ignore[arg-type]
-        else:
-            guard.init_subclass.__get__(None, subclass)(**kwargs)
+        _own_or_inherited(cls, own, "__init_subclass__", subclass)(**kwargs)
         _wrap_own_init(subclass, guard)
 
     __init_subclass__.__qualname__ = f"{cls.__qualname__}.__init_subclass__"

@@ -150,7 +150,8 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
     if isinstance(wrapped, classmethod | staticmethod):
         return type(wrapped)(guarded(wrapped.__func__, options=options))
     if isinstance(wrapped, type):
-        return guard_class(wrapped, options)
+        guard_class(wrapped, options)
+        return wrapped
     if not callable(wrapped):
         raise ModelInputError(
             "device_guard decorates a factory function or method; "

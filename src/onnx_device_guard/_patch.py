@@ -1,8 +1,8 @@
 """`patch`: guard a third-party factory where it is defined, without editing its package.
 
 A function is replaced in its module and every module that copied it; a
-class is guarded in place (`_classes`). A post-import hook patches a module
-imported later, and `_ReloadFinder` patches a module executed again.
+class is guarded in place (`_classes`). `_ReloadFinder` patches a module
+imported later, or executed again.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
         >>> del sys.modules["loaders"]
     """
     if not any(isinstance(finder, _ReloadFinder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _ReloadFinder())  # to patch a module executed again
+        sys.meta_path.insert(0, _ReloadFinder())  # to patch a module as it is imported
     match = _TARGET.fullmatch(target) if isinstance(target, str) else None
     if match is None:
         raise ModelInputError(
@@ -130,13 +130,15 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
     )
     _check_installed(target, match["module"])
     with _lock:
-        installation = _installed.get(target) or _patched_under_another_name(match)
+        installation = _installed.get(target)
         if installation is None:
-            installation = _Installation(target, match["module"], match["path"], options)
-            # Applied now if the module is loaded, else when it is imported.
-            wrapt.register_post_import_hook(installation.on_import, installation.module_name)
-            _installed[target] = installation
-            use()  # sessions are observed at birth while the patch is in place
+            new = _Installation(target, match["module"], match["path"], options)
+            module = sys.modules.get(new.module_name)
+            # Else _ReloadFinder applies it as the module is imported.
+            installation = new if module is None else new.apply(module)
+            if installation is new:
+                _installed[target] = new
+                use()  # sessions are observed at birth while the patch is in place
         elif installation.options != options:
             raise ModelInputError(
                 f"{target!r} is already patched with other options "
@@ -180,13 +182,6 @@ def _missing(module: types.ModuleType, path: str) -> str:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             return f"{where} has no attribute {part!r}{hint}"
     return f"{path} cannot be read"
-
-
-def _patched_under_another_name(match: re.Match[str]) -> _Installation | None:
-    try:
-        return _patch_of(wrapt.resolve_path(sys.modules[match["module"]], match["path"])[2])
-    except Exception:  # not loaded, missing, or a lazy attribute that fails: apply() reports it
-        return None
 
 
 def _patch_of(value: object) -> _Installation | None:
@@ -266,9 +261,6 @@ class Patch:
             installation.handles -= 1
             if installation.handles == 0:
                 installation.stop()
-                if _installed.get(installation.target) is installation:
-                    del _installed[installation.target]
-                    release()  # else released when its import failed
 
     def __enter__(self) -> Patch:
         return self
@@ -283,34 +275,16 @@ class Patch:
 
 @dataclass(eq=False)
 class _Installation:
-    """One target's patch; `cancelled` by the last `undo()`, `lost` if a re-run module lacks it."""
+    """One target's patch; `cancelled` by the last `undo()`, `lost` if its module lacks it."""
 
     target: str
     module_name: str
     path: str
     options: GuardOptions
     handles: int = 0
-    applied: bool = False
     cancelled: bool = False
     lost: bool = False
     undo_steps: list[Callable[[], None]] = field(default_factory=list)
-
-    def on_import(self, module: types.ModuleType, again: bool = False) -> None:
-        """Apply the patch to its module, loaded now or (`again`) executed again while patched.
-
-        What an earlier application replaced stays replaced until `undo()`.
-        """
-        with _lock:
-            if self.cancelled or self.lost or self.applied != again:
-                return
-            try:
-                self.apply(module)
-            except ModelInputError:
-                self.lost = True  # its handles are no longer active
-                if not again and _installed.get(self.target) is self:  # never took: let a new
-                    del _installed[self.target]  # patch() in
-                    release()
-                raise
 
     def stop(self) -> None:
         """Put back what the patch replaced; the sessions of models it guarded stop following."""
@@ -319,8 +293,16 @@ class _Installation:
             step()
         self.undo_steps.clear()
         stop_following(self)
+        self.forget()
 
-    def apply(self, module: types.ModuleType) -> None:
+    def forget(self) -> None:
+        """Take the patch out of `_installed`, so no import applies it, and release the hooks."""
+        if _installed.get(self.target) is self:  # else forgotten when an import lost it
+            del _installed[self.target]
+            release()
+
+    def apply(self, module: types.ModuleType) -> _Installation:
+        """Patch `module`; the patch that holds the target: this one, or one of another name."""
         try:
             owner, name, original = wrapt.resolve_path(module, self.path)
         except wrapt.PathResolutionError:
@@ -337,23 +319,17 @@ class _Installation:
                 )
         elif not isinstance(original, type) and (why := _not_patchable(original)):
             raise ModelInputError(
-                f"patch({self.target!r}): {self.target} is {why}. patch() guards Python "
-                "functions, classes and methods; guard a Python function of yours that "
-                "calls it with device_guard instead."
+                f"patch({self.target!r}): it is {why}. Guard a Python function of yours "
+                "that calls it with device_guard instead."
             )
         elif isinstance(original, type) and not isinstance(owner, type):
-            guard = class_guard(original)  # one guarded by device_guard in its source stays
-            if guard is None:
-                guard_class(original, self.options, origin=self)
+            guarded_in_source = class_guard(original) is not None  # by device_guard: it stays
+            guard_class(original, self.options, origin=self)  # which refuses other options
+            if not guarded_in_source:
                 self.undo_steps.append(functools.partial(unguard_class, original))
-            elif guard.options != self.options:
-                raise ModelInputError(
-                    f"patch({self.target!r}): the class is already guarded with other "
-                    f"options ({guard.options}); patch it with those, or not at all."
-                )
         else:
             self._wrap(owner, name, original)
-        self.applied = True
+        return other or self
 
     def _wrap(self, owner: object, name: str, original: object) -> None:
         """Wrap a method on its class, or a function in its module and every copy of it."""
@@ -388,17 +364,14 @@ def _not_patchable(value: object) -> str | None:
         return f"a {type(function).__name__}, not a function, class or method"
     if isinstance(inspect.getattr_static(type(function), "__call__", None), types.FunctionType):
         return None
-    return (
-        f"{short_repr(function)}, a {type(function).__name__} written in C: such an "
-        "object is shared by every module that imports it"
-    )
+    return f"{short_repr(function)}, written in C and shared by every module that imports it"
 
 
 class _ReloadFinder(importlib.abc.MetaPathFinder):
-    """Answers only for a module with a patch in place: its spec, with a `_ReapplyingLoader`."""
+    """Answers only for a module with a patch on it: its spec, with a `_ReapplyingLoader`."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
-        if not any(i.module_name == fullname and i.applied for i in list(_installed.values())):
+        if not any(i.module_name == fullname for i in list(_installed.values())):
             return None
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
@@ -407,34 +380,32 @@ class _ReloadFinder(importlib.abc.MetaPathFinder):
             spec: ModuleSpec | None = find(fullname, path, target)
             if spec is not None:
                 if hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ReapplyingLoader(spec.loader, fullname)  # type: ignore[assignment]
+                    spec.loader = _ReapplyingLoader(spec.loader)  # type: ignore[assignment]
                 return spec
         return None
 
 
 class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
-    """A module's own loader; after `exec_module` it applies the module's patches again."""
-
-    def __init__(self, loader: Any, name: str) -> None:
-        super().__init__(loader)
-        self._self_name = name
+    """A module's own loader; after `exec_module` it applies the module's patches (again)."""
 
     def exec_module(self, module: types.ModuleType) -> None:
+        name = module.__name__  # the spec's, set by the import system (the code may change it)
         # The import system set the module's loader to this proxy: give it its own back.
-        if getattr(module, "__loader__", None) is self:
-            module.__loader__ = self.__wrapped__
-        spec = getattr(module, "__spec__", None)
-        if spec is not None and spec.loader is self:
-            spec.loader = self.__wrapped__
+        for holder, attribute in ((module, "__loader__"), (module.__spec__, "loader")):
+            if getattr(holder, attribute, None) is self:
+                setattr(holder, attribute, self.__wrapped__)
         self.__wrapped__.exec_module(module)
         with _lock:
             failure: ModelInputError | None = None
             for installation in list(_installed.values()):
-                if installation.module_name == self._self_name:
-                    try:
-                        installation.on_import(module, again=True)
-                    except ModelInputError as error:
-                        failure = failure or error
+                if installation.module_name != name:
+                    continue
+                try:  # what an earlier run of the module replaced stays replaced until undo()
+                    installation.apply(module)
+                except ModelInputError as error:
+                    installation.lost = True  # its handles are no longer active
+                    installation.forget()  # a new patch() may take its place
+                    failure = failure or error
             if failure is not None:
                 raise failure
 
@@ -470,7 +441,8 @@ class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
     """A patched method bound to its class or instance; pickles as that binding, guarded."""
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        return (_bound_elsewhere, (self._self_parent, self._self_instance, self._self_owner))
+        # The patched function's own __get__ (it pickles as getattr of it) binds it again.
+        return (self._self_parent.__get__, (self._self_instance, self._self_owner))
 
 
 PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: ignore[misc]
@@ -482,11 +454,6 @@ def _guarded_elsewhere(target: str, options: GuardOptions) -> Any:
     if isinstance(original, PatchedFunction):  # patched here too
         return original
     return PatchedFunction(original, target, options)
-
-
-def _bound_elsewhere(wrapper: PatchedFunction, instance: object, owner: type) -> Any:
-    """Unpickle a patched method bound to `instance` (`None`: to the class `owner`)."""
-    return wrapper.__get__(instance, owner)
 
 
 def _references(value: object) -> list[tuple[dict[str, Any], str]]:
