@@ -433,11 +433,38 @@ class TestReload:
 
     def test_other_modules_are_left_to_the_other_finders(self) -> None:
         """The finder answers only for modules with a patch in place."""
-        from onnx_device_guard._patch import _ReloadFinder
+        from onnx_device_guard._patch import _ImportFinder
 
-        assert any(isinstance(finder, _ReloadFinder) for finder in sys.meta_path)
-        assert _ReloadFinder().find_spec("json") is None
+        assert any(isinstance(finder, _ImportFinder) for finder in sys.meta_path)
+        assert _ImportFinder().find_spec("json") is None
         assert importlib.reload(importlib.import_module("json")).__loader__ is not None
+
+    def test_a_loader_without_exec_module_is_said_not_patched(self) -> None:
+        """A loader from before Python 3.4 runs nothing after it: a WARNING says so."""
+
+        class LegacyLoader:
+            def load_module(self, fullname: str) -> types.ModuleType:
+                module = sys.modules[fullname] = types.ModuleType(fullname)
+                module.load = lambda: None  # type: ignore[attr-defined]
+                return module
+
+        class LegacyFinder:
+            def find_spec(self, fullname: str, path: object, target: object = None) -> Any:
+                if fullname != "legacy_loaded":
+                    return None
+                return importlib.machinery.ModuleSpec(fullname, LegacyLoader())  # type: ignore[arg-type]
+
+        finder = LegacyFinder()
+        sys.meta_path.append(finder)
+        try:
+            warns = pytest.warns(ImportWarning)  # Python's own, for load_module
+            with patch("legacy_loaded:load"), recorded_logs() as records, warns:
+                importlib.import_module("legacy_loaded")
+            [record] = [r for r in records if "exec_module" in r.getMessage()]
+            assert "Import legacy_loaded before calling patch()" in record.getMessage()
+        finally:
+            sys.meta_path.remove(finder)
+            sys.modules.pop("legacy_loaded", None)
 
 
 class TestIdempotence:

@@ -1,8 +1,9 @@
 """`patch`: guard a third-party factory where it is defined, without editing its package.
 
 A function is replaced in its module and every module that copied it; a
-class is guarded in place (`_classes`). `_ReloadFinder` patches a module
-imported later, or executed again.
+class is guarded in place (`_classes`). `_ImportFinder` patches a module
+imported later, or executed again (wrapt's post-import hooks fire once, so a
+reload would lose the patch).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ._classes import class_guard, guard_class, unguard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._follow import stop_following
-from ._messages import short_repr
+from ._messages import logger, short_repr
 from ._model_alignment import Call, call_and_align, call_and_align_async
 from ._options import (
     DeviceMismatchResolutionMode,
@@ -110,8 +111,8 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
         True
         >>> del sys.modules["loaders"]
     """
-    if not any(isinstance(finder, _ReloadFinder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _ReloadFinder())  # to patch a module as it is imported
+    if not any(isinstance(finder, _ImportFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ImportFinder())  # to patch a module as it is imported
     match = _TARGET.fullmatch(target) if isinstance(target, str) else None
     if match is None:
         raise ModelInputError(
@@ -134,7 +135,7 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
         if installation is None:
             new = _Installation(target, match["module"], match["path"], options)
             module = sys.modules.get(new.module_name)
-            # Else _ReloadFinder applies it as the module is imported.
+            # Else _ImportFinder applies it as the module is imported.
             installation = new if module is None else new.apply(module)
             if installation is new:
                 _installed[target] = new
@@ -367,8 +368,8 @@ def _not_patchable(value: object) -> str | None:
     return f"{short_repr(function)}, written in C and shared by every module that imports it"
 
 
-class _ReloadFinder(importlib.abc.MetaPathFinder):
-    """Answers only for a module with a patch on it: its spec, with a `_ReapplyingLoader`."""
+class _ImportFinder(importlib.abc.MetaPathFinder):
+    """Answers only for a module with a patch on it: its spec, with a `_PatchingLoader`."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if not any(i.module_name == fullname for i in list(_installed.values())):
@@ -378,14 +379,23 @@ class _ReloadFinder(importlib.abc.MetaPathFinder):
             if finder is self or find is None:
                 continue
             spec: ModuleSpec | None = find(fullname, path, target)
-            if spec is not None:
-                if hasattr(spec.loader, "exec_module"):
-                    spec.loader = _ReapplyingLoader(spec.loader)  # type: ignore[assignment]
-                return spec
+            if spec is None:
+                continue
+            if hasattr(spec.loader, "exec_module"):
+                spec.loader = _PatchingLoader(spec.loader)  # type: ignore[assignment]
+            else:  # a loader from before Python 3.4: nothing of ours runs after it
+                logger.warning(
+                    "patch() cannot patch %s as it is imported: its loader %s has no "
+                    "exec_module(). Import %s before calling patch().",
+                    fullname,
+                    short_repr(spec.loader),
+                    fullname,
+                )
+            return spec
         return None
 
 
-class _ReapplyingLoader(wrapt.ObjectProxy[Any]):
+class _PatchingLoader(wrapt.ObjectProxy[Any]):
     """A module's own loader; after `exec_module` it applies the module's patches (again)."""
 
     def exec_module(self, module: types.ModuleType) -> None:
