@@ -256,12 +256,61 @@ class TestMethods:
             assert models.SubLoader().open().device == "cpu"
         assert vars(models.Loader)["open"] is raw
 
-    def test_patched_class_method_pickles(self, loaded_package: FakePackage) -> None:
-        """A patched class method pickles by reference and still guards after the trip."""
+    @pytest.mark.parametrize(
+        "dumps", [pickle.dumps, cloudpickle.dumps], ids=["pickle", "cloudpickle"]
+    )
+    @pytest.mark.parametrize(
+        ("method", "on_instance"),
+        [("from_pretrained", False), ("build", False), ("build", True), ("open", True)],
+        ids=["class method", "static method", "static method of an instance", "bound method"],
+    )
+    def test_a_patched_method_arrives_guarded(
+        self, loaded_package: FakePackage, method: str, on_instance: bool, dumps: Any
+    ) -> None:
+        """Pickled (by Ray's and Dask's cloudpickle too), it still guards; unpatched, it does."""
         models = loaded_package.module(".models")
-        with patch(loaded_package.target(".models:Loader.from_pretrained")):
-            restored = pickle.loads(pickle.dumps(models.Loader.from_pretrained))
-            assert restored().device == "cpu"
+        owner = models.Loader() if on_instance else models.Loader
+        with patch(loaded_package.target(f".models:Loader.{method}")):
+            shipped = dumps(getattr(owner, method))
+            assert pickle.loads(shipped)().device == "cpu"
+        # Where the target is not patched (a worker), it arrives patched with its options.
+        assert pickle.loads(shipped)().device == "cpu"
+        assert getattr(owner, method)().device == "cuda"
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda module: module.Loader.from_pretrained("cuda"),
+            lambda module: module.Loader.build("cuda"),
+            lambda module: module.Loader().build("cuda"),
+            lambda module: module.Loader().open("cuda"),
+            lambda module: module.Loader.open(module.Loader(), "cuda"),
+            lambda module: module.load("cuda"),
+        ],
+        ids=[
+            "class method",
+            "static method",
+            "static of an instance",
+            "bound",
+            "on the class",
+            "function",
+        ],
+    )
+    def test_a_positional_device_is_read_in_every_shape(
+        self, monkeypatch: pytest.MonkeyPatch, call: Callable[[Any], object]
+    ) -> None:
+        """The device passed by position is the call's, past `self` or `cls` where bound."""
+        module = types.ModuleType("positional_loaders")
+        exec(MODELS.replace("        self.device = device\n", ""), module.__dict__)  # no attribute
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        targets = ("Loader.from_pretrained", "Loader.build", "Loader.open", "load")
+        handles = [patch(f"{module.__name__}:{t}", resolution_mode="fail") for t in targets]
+        try:
+            with pytest.raises(EnvironmentConfigurationError, match="call's device argument"):
+                call(module)
+        finally:
+            for handle in handles:
+                handle.undo()
 
     def test_inherited_method_is_patched_on_the_named_class(
         self, loaded_package: FakePackage

@@ -19,6 +19,7 @@ import re
 import sys
 import threading
 import types
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
@@ -27,10 +28,10 @@ from typing import Any
 import wrapt
 
 from ._births import release, use
-from ._classes import class_guard, guard_class, unguard_class
+from ._classes import class_guard, guard_class, read_signature, unguard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
-from ._follow import stop_following
+from ._follow import Origin, stop_following
 from ._messages import logger, short_repr
 from ._model_alignment import Call, call_and_align, call_and_align_async
 from ._options import (
@@ -424,19 +425,42 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
     """A patched function or method: guards each call, pickles as its target and options."""
 
     def __init__(
-        self, wrapped: Any, target: str, options: GuardOptions, origin: object = None
+        self, wrapped: Any, target: str, options: GuardOptions, origin: Origin | None = None
     ) -> None:
         function = wrapped.__func__ if isinstance(wrapped, classmethod | staticmethod) else wrapped
         align = call_and_align_async if inspect.iscoroutinefunction(function) else call_and_align
+        signature = read_signature(function)  # once here, not at every call
+        parameters = [] if signature is None else list(signature.parameters.values())
+        bound = None if signature is None else signature.replace(parameters=parameters[1:])
 
         def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:
-            return align(Call(wrapped, args, kwargs), options, origin)  # type: ignore[arg-type]
+            # wrapt has bound `wrapped` to the instance (or class), which is never passed
+            # on: the call's arguments then start at the second parameter.
+            call = Call(wrapped, args, kwargs, signature if instance is None else bound)
+            return align(call, options, origin)
 
-        # The instance is never passed on: wrapt has already bound `wrapped`.
         super().__init__(wrapped, guard)
         self._self_target = target
         self._self_options = options
         self._self_origin = origin
+        self._self_bindings: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        """Bind as wrapt does; but `Class.method` gives one object while it is held.
+
+        cloudpickle pickles a function-like object by reference only if looking it
+        up again gives that same object; else it copies the plain function inside.
+        """
+        if owner is None or (
+            instance is not None and not isinstance(self.__wrapped__, staticmethod)
+        ):
+            return super().__get__(instance, owner)
+        reference = self._self_bindings.get(owner)
+        binding = None if reference is None else reference()
+        if binding is None:
+            binding = super().__get__(instance, owner)
+            self._self_bindings[owner] = weakref.ref(binding)
+        return binding
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
         return (_guarded_elsewhere, (self._self_target, self._self_options))
@@ -451,8 +475,11 @@ class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
     """A patched method bound to its class or instance; pickles as that binding, guarded."""
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        # The patched function's own __get__ (it pickles as getattr of it) binds it again.
-        return (self._self_parent.__get__, (self._self_instance, self._self_owner))
+        # By the target, not the patched function itself, which cloudpickle would copy
+        # as a plain function: a method's qualified name does not look it up.
+        patched = self._self_parent
+        arguments = (patched._self_target, patched._self_options, self._self_instance)
+        return (_bound_elsewhere, (*arguments, self._self_owner))
 
 
 PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: ignore[misc]
@@ -464,6 +491,11 @@ def _guarded_elsewhere(target: str, options: GuardOptions) -> Any:
     if isinstance(original, PatchedFunction):  # patched here too
         return original
     return PatchedFunction(original, target, options)
+
+
+def _bound_elsewhere(target: str, options: GuardOptions, instance: object, owner: type) -> Any:
+    """Unpickle a patched method bound to `instance` (`None`: to the class `owner`)."""
+    return _guarded_elsewhere(target, options).__get__(instance, owner)
 
 
 def _references(value: object) -> list[tuple[dict[str, Any], str]]:
