@@ -409,15 +409,13 @@ class Call:
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     signature: inspect.Signature | None = None
-    """The factory's signature when the guard read it once, at decoration."""
+    """The factory's signature, read once when it was guarded (`None`: it has none to read)."""
 
     def device_argument(self) -> object:
-        """The call's `device` argument (or `None`) without binding the rest; `MISSING` unread."""
-        if self.signature is None:
-            return MISSING
+        """The call's `device` argument (or `None`), read without binding the rest."""
         if "device" in self.kwargs:
             return self.kwargs["device"]
-        parameters = self.signature.parameters
+        parameters = {} if self.signature is None else self.signature.parameters
         parameter = parameters.get("device")
         if parameter is None:
             return None
@@ -472,13 +470,6 @@ def asked_devices(option: DeviceOption, call: Call | None, model: object, *, str
     if callable(option):
         return [_from_callable(option, call_arguments(call, model), model, call.factory)]
     value = call.device_argument()
-    if value is MISSING:  # no signature read at decoration: bind the whole call
-        try:
-            value = call_arguments(call, model).get("device")
-        except DeviceGuardError:
-            if strict:
-                raise
-            value = None
     source = "the call's device argument"
     device = None if value is None else _as_asked(value, source, model, call.factory, strict)
     return [] if device is None else [(device, source)]
