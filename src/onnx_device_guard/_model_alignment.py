@@ -122,7 +122,7 @@ class _Load:
         options, factory = self.options, self.factory
         found, searched, unreached = self.sessions(model)
         sessions = [(name, session) for name, session in found if session is not None]
-        used = self.made_with or self._in_force(model, sessions)
+        used = self.made_with or in_force(options.settings)  # a bad variable raises here
         if unreached:
             _unreached(model, factory, unreached, used.resolution_mode == "fail" and not sessions)
         if not sessions:
@@ -195,12 +195,6 @@ class _Load:
         except ModelInputError as error:
             raise self._in_context(error, model, sessions, checks[-1][1]) from error
         return asked, devices, asking
-
-    def _in_force(self, model: object, sessions: Sessions) -> Resolved:
-        try:
-            return in_force(self.options.settings)  # a bad environment variable raises here
-        except ModelInputError as error:
-            raise self._in_context(error, model, sessions, "the environment") from error
 
     def _wait(self, model: object, searched: tuple[str, ...]) -> None:
         """Leave a model without a session to be checked when its sessions are born."""
