@@ -586,6 +586,22 @@ class TestBreaks:
         assert (device, pid != os.getpid()) == ("meta", True)
 
     @engines("ray-task", "dask")
+    @pytest.mark.parametrize(
+        ("method", "on_instance"),
+        [("load", True), ("build", False), ("build", True), ("from_pretrained", False)],
+        ids=["bound method", "static method", "static method of an instance", "class method"],
+    )
+    def test_3_a_patched_method_arrives_guarded(
+        self, run: Run, method: str, on_instance: bool
+    ) -> None:
+        """Before, cloudpickle copied a bound or static one as the plain function: on cuda."""
+        owner = thirdparty.DetectorLoader() if on_instance else thirdparty.DetectorLoader
+        target = f"tests.distributed.thirdparty:DetectorLoader.{method}"
+        with patch(target, fallback_device="meta"):
+            device, pid = run(df.device_of, getattr(owner, method))
+        assert (device, pid != os.getpid()) == ("meta", True)
+
+    @engines("ray-task", "dask")
     def test_3_a_patched_class_arrives_unpatched(self, run: Run) -> None:
         """The documented limit: a class pickles by reference and arrives as the worker's own.
 

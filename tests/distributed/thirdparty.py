@@ -15,3 +15,18 @@ class Detector:
 
 def load_detector(device: str = "cuda") -> Detector:
     return Detector(session_for("cpu"), device)
+
+
+class DetectorLoader:
+    """The same loader as methods: bound to an instance, static, and of the class."""
+
+    def load(self, device: str = "cuda") -> Detector:
+        return Detector(session_for("cpu"), device)
+
+    @staticmethod
+    def build(device: str = "cuda") -> Detector:
+        return Detector(session_for("cpu"), device)
+
+    @classmethod
+    def from_pretrained(cls, device: str = "cuda") -> Detector:
+        return Detector(session_for("cpu"), device)
