@@ -350,9 +350,12 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
 
 def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birth:
     """Read what `InferenceSession(*args, **kwargs)` asked for, and what `session` got."""
-    names = ("path_or_bytes", "sess_options", "providers", "provider_options")
-    given = dict(zip(names, args, strict=False)) | kwargs
-    source, sess_options, providers, options = map(given.get, names)
+    source, sess_options, providers, options = (*args, None, None, None, None)[:4]
+    if kwargs:  # read one by one: a dict of them costs a birth 1.4 us more
+        source = kwargs.get("path_or_bytes", source)
+        sess_options = kwargs.get("sess_options", sess_options)
+        providers = kwargs.get("providers", providers)
+        options = kwargs.get("provider_options", options)
     asked: list[tuple[str, Mapping[str, Any]]] = [
         provider if isinstance(provider, tuple) else (provider, options[n] if options else {})
         for n, provider in enumerate(providers or ())

@@ -196,7 +196,7 @@ def _patch_of(value: object) -> _Installation | None:
     return origin if isinstance(origin, _Installation) and not origin.cancelled else None
 
 
-class Patch:
+class Patch(contextlib.AbstractContextManager["Patch"]):
     """A handle on one [`patch`][onnx_device_guard.patch]: `undo()` it, or use it in `with`.
 
     Args:
@@ -263,9 +263,6 @@ class Patch:
             installation.handles -= 1
             if installation.handles == 0:
                 installation.stop()
-
-    def __enter__(self) -> Patch:
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.undo()
