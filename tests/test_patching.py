@@ -277,6 +277,18 @@ class TestMethods:
         assert pickle.loads(shipped)().device == "cpu"
         assert getattr(owner, method)().device == "cuda"
 
+    def test_a_static_method_travels_without_the_instance(
+        self, loaded_package: FakePackage
+    ) -> None:
+        """Taken from an instance that cannot be pickled, it pickles all the same, guarded."""
+        models = loaded_package.module(".models")
+        loader = models.Loader()
+        loader.lock = threading.Lock()  # what a real loader may hold: no pickle takes it
+        with patch(loaded_package.target(".models:Loader.build")):
+            shipped = cloudpickle.dumps(loader.build)
+            assert models.Loader.build is loader.build  # one binding, to no instance
+        assert pickle.loads(shipped)().device == "cpu"
+
     @pytest.mark.parametrize(
         "call",
         [

@@ -447,15 +447,15 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
 
         cloudpickle pickles a function-like object by reference only if looking it
         up again gives that same object; else it copies the plain function inside.
+        A static method is bound to no instance, so that none travels with it.
         """
-        if owner is None or (
-            instance is not None and not isinstance(self.__wrapped__, staticmethod)
-        ):
+        static = isinstance(self.__wrapped__, staticmethod)
+        if owner is None or (instance is not None and not static):
             return super().__get__(instance, owner)
         reference = self._self_bindings.get(owner)
         binding = None if reference is None else reference()
         if binding is None:
-            binding = super().__get__(instance, owner)
+            binding = super().__get__(None, owner)
             self._self_bindings[owner] = weakref.ref(binding)
         return binding
 
