@@ -277,22 +277,24 @@ class TestMethods:
         assert pickle.loads(shipped)().device == "cpu"
         assert getattr(owner, method)().device == "cuda"
 
-    def test_a_static_method_travels_without_the_instance(
-        self, loaded_package: FakePackage
+    @pytest.mark.parametrize("method", ["build", "from_pretrained"])
+    def test_a_static_or_class_method_travels_without_the_instance(
+        self, loaded_package: FakePackage, method: str
     ) -> None:
         """Taken from an instance that cannot be pickled, it pickles all the same, guarded."""
         models = loaded_package.module(".models")
         loader = models.Loader()
         loader.lock = threading.Lock()  # what a real loader may hold: no pickle takes it
-        with patch(loaded_package.target(".models:Loader.build")):
-            shipped = cloudpickle.dumps(loader.build)
-            assert models.Loader.build is loader.build  # one binding, to no instance
+        with patch(loaded_package.target(f".models:Loader.{method}")):
+            shipped = cloudpickle.dumps(getattr(loader, method))
+            assert getattr(models.Loader, method) is getattr(loader, method)  # one binding
         assert pickle.loads(shipped)().device == "cpu"
 
     @pytest.mark.parametrize(
         "call",
         [
             lambda module: module.Loader.from_pretrained("cuda"),
+            lambda module: module.Loader().from_pretrained("cuda"),
             lambda module: module.Loader.build("cuda"),
             lambda module: module.Loader().build("cuda"),
             lambda module: module.Loader().open("cuda"),
@@ -301,6 +303,7 @@ class TestMethods:
         ],
         ids=[
             "class method",
+            "class method of an instance",
             "static method",
             "static of an instance",
             "bound",

@@ -447,10 +447,10 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
 
         cloudpickle pickles a function-like object by reference only if looking it
         up again gives that same object; else it copies the plain function inside.
-        A static method is bound to no instance, so that none travels with it.
+        A static or class method is bound to no instance, so that none travels with it.
         """
-        static = isinstance(self.__wrapped__, staticmethod)
-        if owner is None or (instance is not None and not static):
+        of_class = isinstance(self.__wrapped__, staticmethod | classmethod)
+        if owner is None or (instance is not None and not of_class):
             return super().__get__(instance, owner)
         reference = self._self_bindings.get(owner)
         binding = None if reference is None else reference()
