@@ -13,6 +13,8 @@ so the guard needs no option. The model is a one-layer BERT built from a
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -124,3 +126,26 @@ class TestFromPretrained:
         with patch(TARGET, warn=False):
             ORTModelForFeatureExtraction.from_pretrained(model_dir, provider=CUDA)
         assert vars(ORTModelForFeatureExtraction).get("from_pretrained") is before
+
+
+def test_patched_before_optimum_is_imported(model_dir: Path) -> None:
+    """`patch` above the imports: optimum.onnxruntime is a lazy module (`_LazyModule`).
+
+    Before, the patch looked for the class in the module object that ran the
+    package's code, which holds none of the lazy names, and the import failed
+    with "has no attribute 'ORTModelForFeatureExtraction'".
+    """
+    script = f"""
+import warnings
+warnings.simplefilter("ignore")
+from onnx_device_guard import patch
+handle = patch({TARGET!r}, device="cuda", warn=False)
+from optimum.onnxruntime import ORTModelForFeatureExtraction
+model = ORTModelForFeatureExtraction.from_pretrained({str(model_dir)!r})
+print(handle.active, type(vars(ORTModelForFeatureExtraction)["from_pretrained"]).__name__)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "PatchedFunction"]

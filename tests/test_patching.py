@@ -69,6 +69,24 @@ class Pipeline:
 NOT_A_FACTORY = 3
 """
 
+LAZY_INIT = """
+import importlib
+import sys
+import types
+
+
+class LazyModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name == "Loader":
+            return importlib.import_module(".models", __name__).Loader
+        raise AttributeError(name)
+
+
+lazy = LazyModule(__name__)
+lazy.__path__, lazy.__spec__ = __path__, __spec__
+sys.modules[__name__] = lazy
+"""
+
 INIT = """
 from {name}.models import load, Pipeline
 from {name} import models
@@ -502,6 +520,28 @@ class TestReload:
         assert any(isinstance(finder, _ImportFinder) for finder in sys.meta_path)
         assert _ImportFinder().find_spec("json") is None
         assert importlib.reload(importlib.import_module("json")).__loader__ is not None
+
+    def test_a_lazy_package_is_patched_as_it_is_imported(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A package that puts a lazy module in its place (Hugging Face's _LazyModule).
+
+        Before, the patch looked in the module object that ran the code, which
+        holds none of the lazy names, and failed the import: "no attribute".
+        """
+        name = f"lazy_loaders_{next(_names)}"
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(LAZY_INIT)
+        (tmp_path / name / "models.py").write_text(MODELS)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        try:
+            with patch(f"{name}:Loader.build", warn=False):
+                package = importlib.import_module(name)
+                assert type(package).__name__ == "LazyModule"
+                assert package.Loader.build().device == "cpu"
+        finally:
+            for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+                del sys.modules[module]
 
     def test_a_loader_without_exec_module_is_said_not_patched(self) -> None:
         """A loader from before Python 3.4 runs nothing after it: a WARNING says so."""

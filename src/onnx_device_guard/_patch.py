@@ -403,6 +403,8 @@ class _PatchingLoader(wrapt.ObjectProxy[Any]):
             if getattr(holder, attribute, None) is self:
                 setattr(holder, attribute, self.__wrapped__)
         self.__wrapped__.exec_module(module)
+        # A lazy package (Hugging Face's _LazyModule) puts another object in its place.
+        module = sys.modules.get(name, module)
         with _lock:
             failure: ModelInputError | None = None
             for installation in list(_installed.values()):
