@@ -442,6 +442,7 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         self._self_target = target
         self._self_options = options
         self._self_origin = origin
+        self._self_of_class = function is not wrapped  # a static or class method
         self._self_bindings: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
 
     def __get__(self, instance: object, owner: type | None = None) -> Any:
@@ -451,8 +452,7 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         up again gives that same object; else it copies the plain function inside.
         A static or class method is bound to no instance, so that none travels with it.
         """
-        of_class = isinstance(self.__wrapped__, staticmethod | classmethod)
-        if owner is None or (instance is not None and not of_class):
+        if owner is None or (instance is not None and not self._self_of_class):
             return super().__get__(instance, owner)
         reference = self._self_bindings.get(owner)
         binding = None if reference is None else reference()
