@@ -24,7 +24,7 @@ from onnx_device_guard import (
     device_policy,
 )
 from onnx_device_guard._environment import FALLBACK_DEVICE, RESOLUTION_MODE, VARIABLES, WARN
-from onnx_device_guard._policy import current_policy, reread_environment
+from onnx_device_guard._policy import _defaults, current_policy
 
 from .logs import recorded_logs
 from .sessions import cpu_session
@@ -38,16 +38,22 @@ def environ(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     """A clean set of the library's variables; the defaults are read again after each test."""
     for name in VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    reread_environment()
+    reread()
     yield monkeypatch
     monkeypatch.undo()
-    reread_environment()
+    reread()
 
 
 def set_and_reread(environ: pytest.MonkeyPatch, **values: str) -> None:
     for name, value in values.items():
         environ.setenv(name, value)
-    reread_environment()
+    reread()
+
+
+def reread() -> None:
+    """Forget the defaults read from the environment, and read them again."""
+    _defaults.cache_clear()
+    current_policy()
 
 
 class Model:
@@ -165,8 +171,9 @@ class TestBadValues:
     def test_raised_at_every_use(self, environ: pytest.MonkeyPatch, name: str, value: str) -> None:
         """The core, the guard and a scope all raise it, naming the variable."""
         environ.setenv(name, value)
+        _defaults.cache_clear()
         with pytest.raises(ModelInputError, match=name) as info:
-            reread_environment()
+            current_policy()
         assert len(info.value.message) < 1000
         for use in (
             lambda: align_device_with_onnx_session(cpu_session(), "cuda:0"),
@@ -180,7 +187,7 @@ class TestBadValues:
         """A bad value is not kept: once fixed, the next use reads the good one."""
         environ.setenv(WARN, "maybe")
         with pytest.raises(ModelInputError):
-            reread_environment()
+            reread()
         environ.setenv(WARN, "0")
         assert current_policy().warn is False
 

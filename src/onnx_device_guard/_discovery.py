@@ -12,7 +12,6 @@ import inspect
 import itertools
 import logging
 import pathlib
-import re
 import types
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -47,23 +46,10 @@ _SCALARS = (str, bytes, int, float, complex, type(None))
 
 _CONTAINERS = (list, tuple, dict)
 
-_LEAVES = (
-    *_SCALARS,
-    bytearray,
-    type,
-    types.ModuleType,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    range,
-    slice,
-    enum.Enum,
-    pathlib.PurePath,
-    logging.Logger,
-    logging.Handler,
-    re.Pattern,
-)
-"""Values whose attributes are never searched: they cannot hold a model's session."""
+_LEAVES = (*_SCALARS, type, types.ModuleType, types.FunctionType, enum.Enum, pathlib.PurePath)
+_LEAVES += (logging.Logger, logging.Handler)
+"""Values whose attributes are never searched: they hold no model's session, or hold every
+object of the program (a module, a logger). Objects without attributes need no entry."""
 
 
 def factory_name(factory: object) -> str:

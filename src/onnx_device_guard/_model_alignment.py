@@ -498,14 +498,9 @@ def _as_asked(
     """`value` as a device, or (when not `strict`) `None` for a value that is no device."""
     try:
         return as_device(value, "device")
-    except ModelInputError:
-        if strict and (isinstance(value, torch.device | str) or type(value) is int):
-            raise
+    except ModelInputError as error:
         if strict:
-            raise ModelInputError(
-                f"{describe(model, factory)}, and {source} gave {type(value).__name__} "
-                f"{short_repr(value)}, not a torch.device or a string such as 'cuda:0'."
-            ) from None
+            raise in_context(error, f"{describe(model, factory)}; {source}: ") from None
     logger.debug(
         "%s; %s is %s, which is no device torch parses: left to the package.",
         describe(model, factory),

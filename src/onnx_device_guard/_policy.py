@@ -65,12 +65,6 @@ def current_policy() -> Resolved:
 _defaults = functools.cache(read_environment)
 
 
-def reread_environment() -> Resolved:
-    """Forget the defaults read from the environment, and read them again."""
-    _defaults.cache_clear()
-    return current_policy()
-
-
 def in_force(explicit: Settings) -> Resolved:
     """The settings a call uses: `explicit` over the policy in force."""
     return explicit.over(current_policy())
