@@ -8,7 +8,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -359,6 +359,7 @@ def warn_at_caller(text: str, *packages: str) -> None:
     )
 
 
+@contextmanager
 def aligned_device(
     session: object | Sequence[object],
     device: DeviceLike,
@@ -366,7 +367,7 @@ def aligned_device(
     resolution_mode: DeviceMismatchResolutionMode | None = None,
     fallback_device: DeviceLike | None = None,
     warn: bool | None = None,
-) -> AbstractContextManager[torch.device]:
+) -> Iterator[torch.device]:
     """Align `device` with `session` (or several sessions) on entry; give the result.
 
     The options hold for the whole block, as in a
@@ -417,14 +418,6 @@ def aligned_device(
             "aligned_device needs a session or a non-empty list of sessions; got an empty "
             f"{type(session).__name__}."
         )
-    return _aligned(sessions, device, scope)
-
-
-@contextmanager
-def _aligned(
-    sessions: list[object], device: DeviceLike, scope: device_policy
-) -> Iterator[torch.device]:
-    """The device every session reads, under the scope's settings (a fallback reported)."""
     with scope:
         requested = as_device(device, "device")
         policy = current_policy()

@@ -46,8 +46,8 @@ _SCALARS = (str, bytes, int, float, complex, type(None))
 
 _CONTAINERS = (list, tuple, dict)
 
-_LEAVES = (*_SCALARS, type, types.ModuleType, types.FunctionType, enum.Enum, pathlib.PurePath)
-_LEAVES += (logging.Logger, logging.Handler)
+_LEAVES: tuple[type, ...] = (*_SCALARS, type, types.ModuleType, types.FunctionType, enum.Enum)
+_LEAVES += (pathlib.PurePath, logging.Logger, logging.Handler)
 """Values whose attributes are never searched: they hold no model's session, or hold every
 object of the program (a module, a logger). Objects without attributes need no entry."""
 
