@@ -110,17 +110,15 @@ class _Load:
         """Align `model` again after one of its sessions changed providers."""
         self.align(model)
 
-    def sessions(self, model: object) -> tuple[Sessions, tuple[str, ...], tuple[str, ...]]:
-        """The model's sessions, the attribute paths searched, and what the search left out."""
-        born = [session for session in (reference() for reference in self.born) if session]
-        if born:
-            return _named(model, born), (), ()
-        return find_sessions(model, self.options.session_attr, self.factory)
-
     def align(self, model: object, opened_later: bool = False) -> torch.device | None:
         """Align `model` with its sessions, read now."""
         options, factory = self.options, self.factory
-        found, searched, unreached = self.sessions(model)
+        born = [session for session in (reference() for reference in self.born) if session]
+        found, searched, unreached = (
+            (_named(model, born), (), ())
+            if born  # no search: the sessions born in the load are its sessions
+            else find_sessions(model, options.session_attr, factory)
+        )
         sessions = [(name, session) for name, session in found if session is not None]
         used = self.made_with or in_force(options.settings)  # a bad variable raises here
         if unreached:
