@@ -85,10 +85,10 @@ def guard_class(cls: type, options: GuardOptions, origin: object = None) -> None
     _wrap_inits(cls, guard)
 
 
-def unguard_class(cls: type) -> None:
-    """Restore `cls` (and the subclasses its guard wrapped) as before; leave others alone."""
+def unguard_class(cls: type, origin: object = None) -> None:
+    """Restore `cls` (and the subclasses its guard wrapped) as before, if `origin` guarded it."""
     guard = class_guard(cls)
-    if guard is None:
+    if guard is None or guard.origin is not origin:
         return
     for owner, name, value in reversed(guard.replaced):
         if value is not None:

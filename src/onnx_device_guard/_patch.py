@@ -322,10 +322,9 @@ class _Installation:
                 "that calls it with device_guard instead."
             )
         elif isinstance(original, type) and not isinstance(owner, type):
-            guarded_in_source = class_guard(original) is not None  # by device_guard: it stays
             guard_class(original, self.options, origin=self)  # which refuses other options
-            if not guarded_in_source:
-                self.undo_steps.append(functools.partial(unguard_class, original))
+            # unguard_class leaves a class guarded in source (by device_guard: origin None).
+            self.undo_steps.append(functools.partial(unguard_class, original, self))
         else:
             self._wrap(owner, name, original)
         return other or self
