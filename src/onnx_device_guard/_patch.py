@@ -475,25 +475,19 @@ class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
         # By the target, not the patched function itself, which cloudpickle would copy
         # as a plain function: a method's qualified name does not look it up.
-        patched = self._self_parent
-        arguments = (patched._self_target, patched._self_options, self._self_instance)
-        return (_bound_elsewhere, (*arguments, self._self_owner))
+        unpickle, arguments = self._self_parent.__reduce_ex__(protocol)
+        return (unpickle, (*arguments, self._self_instance, self._self_owner))
 
 
 PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: ignore[misc]
 
 
-def _guarded_elsewhere(target: str, options: GuardOptions) -> Any:
-    """Unpickle a patched function: the target, as this process has it, guarded."""
-    original = wrapt.resolve_path(*target.split(":"))[2]
-    if isinstance(original, PatchedFunction):  # patched here too
-        return original
-    return PatchedFunction(original, target, options)
-
-
-def _bound_elsewhere(target: str, options: GuardOptions, instance: object, owner: type) -> Any:
-    """Unpickle a patched method bound to `instance` (`None`: to the class `owner`)."""
-    return _guarded_elsewhere(target, options).__get__(instance, owner)
+def _guarded_elsewhere(target: str, options: GuardOptions, *binding: Any) -> Any:
+    """Unpickle a patched function or bound method: the target as this process has it, guarded."""
+    patched = wrapt.resolve_path(*target.split(":"))[2]
+    if not isinstance(patched, PatchedFunction):  # else patched here too
+        patched = PatchedFunction(patched, target, options)
+    return patched.__get__(*binding) if binding else patched
 
 
 def _references(value: object) -> list[tuple[dict[str, Any], str]]:
