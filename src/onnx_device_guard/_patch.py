@@ -406,9 +406,7 @@ class _PatchingLoader(wrapt.ObjectProxy[Any]):
         module = sys.modules.get(name, module)
         with _lock:
             failure: ModelInputError | None = None
-            for installation in list(_installed.values()):
-                if installation.module_name != name:
-                    continue
+            for installation in [i for i in _installed.values() if i.module_name == name]:
                 try:  # what an earlier run of the module replaced stays replaced until undo()
                     installation.apply(module)
                 except ModelInputError as error:
