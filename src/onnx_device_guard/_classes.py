@@ -75,21 +75,20 @@ def guard_class(cls: type, options: GuardOptions, origin: object = None) -> None
             f"Cannot guard the class {cls.__qualname__}: its attributes cannot be set ({error}). "
             "Guard the function that creates its instances instead."
         ) from error
-    init = cls.__dict__.get("__init__")
-    if not _is_wrapper(init):
-        _replace(guard, cls, "__init__", _init_wrapper(cls, init))
+    if cls.__dict__.get("__init__") is None:  # it runs the inherited one, then aligns
+        _replace(guard, cls, "__init__", _init_wrapper(cls, None))
     # A __new__ (of the class or a base) may return another type: then no __init__ runs.
     if any("__new__" in vars(klass) for klass in cls.__mro__[:-1]):
         _replace(guard, cls, "__new__", _new_wrapper(cls, cls.__dict__.get("__new__")))
     hook = _init_subclass_hook(cls, cls.__dict__.get("__init_subclass__"), guard)
     _replace(guard, cls, "__init_subclass__", hook)
-    _wrap_subclasses(cls, guard)
+    _wrap_inits(cls, guard)
 
 
-def unguard_class(cls: type) -> None:
-    """Restore `cls` (and the subclasses its guard wrapped) as before; leave others alone."""
+def unguard_class(cls: type, origin: object = None) -> None:
+    """Restore `cls` (and the subclasses its guard wrapped) as before, if `origin` guarded it."""
     guard = class_guard(cls)
-    if guard is None:
+    if guard is None or guard.origin is not origin:
         return
     for owner, name, value in reversed(guard.replaced):
         if value is not None:
@@ -160,25 +159,15 @@ def _own_or_inherited(cls: type, own: Any, name: str, klass: type) -> Any:
     return getattr(super(cls, klass), name) if own is None else own.__get__(None, klass)
 
 
-def _is_wrapper(init: object) -> bool:
-    return getattr(init, _WRAPPER_MARK, False) is True
-
-
-def _wrap_subclasses(cls: type, guard: _ClassGuard) -> None:
-    """Wrap the own `__init__` of every subclass of `cls`, at any depth (in a diamond, once)."""
+def _wrap_inits(cls: type, guard: _ClassGuard) -> None:
+    """Wrap each own `__init__` not wrapped yet, of `cls` and its subclasses at any depth."""
+    init = cls.__dict__.get("__init__")
+    if init is not None and getattr(init, _WRAPPER_MARK, False) is not True:
+        with contextlib.suppress(TypeError, AttributeError):  # an extension type: nothing to wrap
+            _replace(guard, cls, "__init__", _init_wrapper(cls, init))
     subclasses: list[type] = type.__subclasses__(cls)
-    for subclass in subclasses:
-        _wrap_own_init(subclass, guard)
-        _wrap_subclasses(subclass, guard)
-
-
-def _wrap_own_init(subclass: type, guard: _ClassGuard) -> None:
-    """Wrap `subclass`'s own `__init__`, if it defines one we have not wrapped yet."""
-    init = subclass.__dict__.get("__init__")
-    if init is None or _is_wrapper(init):
-        return
-    with contextlib.suppress(TypeError, AttributeError):  # an extension type: nothing to wrap
-        _replace(guard, subclass, "__init__", _init_wrapper(subclass, init))
+    for subclass in subclasses:  # in a diamond, the second visit finds the wrapper
+        _wrap_inits(subclass, guard)
 
 
 def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
@@ -250,7 +239,7 @@ def _init_subclass_hook(cls: type, own: Any, guard: _ClassGuard) -> classmethod[
 
     def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
         _own_or_inherited(cls, own, "__init_subclass__", subclass)(**kwargs)
-        _wrap_own_init(subclass, guard)
+        _wrap_inits(subclass, guard)  # a new class: it has no subclasses yet
 
     __init_subclass__.__qualname__ = f"{cls.__qualname__}.__init_subclass__"
     return classmethod(__init_subclass__)

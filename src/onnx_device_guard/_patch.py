@@ -322,10 +322,9 @@ class _Installation:
                 "that calls it with device_guard instead."
             )
         elif isinstance(original, type) and not isinstance(owner, type):
-            guarded_in_source = class_guard(original) is not None  # by device_guard: it stays
             guard_class(original, self.options, origin=self)  # which refuses other options
-            if not guarded_in_source:
-                self.undo_steps.append(functools.partial(unguard_class, original))
+            # unguard_class leaves a class guarded in source (by device_guard: origin None).
+            self.undo_steps.append(functools.partial(unguard_class, original, self))
         else:
             self._wrap(owner, name, original)
         return other or self
@@ -407,9 +406,7 @@ class _PatchingLoader(wrapt.ObjectProxy[Any]):
         module = sys.modules.get(name, module)
         with _lock:
             failure: ModelInputError | None = None
-            for installation in list(_installed.values()):
-                if installation.module_name != name:
-                    continue
+            for installation in [i for i in _installed.values() if i.module_name == name]:
                 try:  # what an earlier run of the module replaced stays replaced until undo()
                     installation.apply(module)
                 except ModelInputError as error:
@@ -476,25 +473,19 @@ class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
         # By the target, not the patched function itself, which cloudpickle would copy
         # as a plain function: a method's qualified name does not look it up.
-        patched = self._self_parent
-        arguments = (patched._self_target, patched._self_options, self._self_instance)
-        return (_bound_elsewhere, (*arguments, self._self_owner))
+        unpickle, arguments = self._self_parent.__reduce_ex__(protocol)
+        return (unpickle, (*arguments, self._self_instance, self._self_owner))
 
 
 PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: ignore[misc]
 
 
-def _guarded_elsewhere(target: str, options: GuardOptions) -> Any:
-    """Unpickle a patched function: the target, as this process has it, guarded."""
-    original = wrapt.resolve_path(*target.split(":"))[2]
-    if isinstance(original, PatchedFunction):  # patched here too
-        return original
-    return PatchedFunction(original, target, options)
-
-
-def _bound_elsewhere(target: str, options: GuardOptions, instance: object, owner: type) -> Any:
-    """Unpickle a patched method bound to `instance` (`None`: to the class `owner`)."""
-    return _guarded_elsewhere(target, options).__get__(instance, owner)
+def _guarded_elsewhere(target: str, options: GuardOptions, *binding: Any) -> Any:
+    """Unpickle a patched function or bound method: the target as this process has it, guarded."""
+    patched = wrapt.resolve_path(*target.split(":"))[2]
+    if not isinstance(patched, PatchedFunction):  # else patched here too
+        patched = PatchedFunction(patched, target, options)
+    return patched.__get__(*binding) if binding else patched
 
 
 def _references(value: object) -> list[tuple[dict[str, Any], str]]:
