@@ -19,7 +19,14 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from onnx_device_guard import EnvironmentConfigurationError, ModelInputError, patch
+from onnx_device_guard import (
+    EnvironmentConfigurationError,
+    ModelInputError,
+    device_guard,
+    device_policy,
+    patch,
+)
+from onnx_device_guard._classes import unguard_class
 
 from .logs import recorded_logs
 
@@ -368,6 +375,22 @@ class TestClass:
             assert models.Pipeline().device == "cpu"
         assert dict(vars(models.Pipeline)) == before
         assert models.Pipeline().device == "cuda"
+
+    def test_a_class_guarded_in_its_source_stays_guarded_after_undo(
+        self, loaded_package: FakePackage
+    ) -> None:
+        """A patch on a class device_guard already guards adds nothing, and undo removes nothing."""
+        models = loaded_package.module(".models")
+        device_guard(models.Pipeline)
+        guarded = dict(vars(models.Pipeline))
+        try:
+            with patch(loaded_package.target(".models:Pipeline")):
+                assert dict(vars(models.Pipeline)) == guarded
+            assert dict(vars(models.Pipeline)) == guarded
+            with device_policy(warn=False):
+                assert models.Pipeline().device == "cpu"
+        finally:
+            unguard_class(models.Pipeline)
 
 
 class TestNotYetImported:
