@@ -11,6 +11,7 @@ import functools
 import inspect
 import os
 from collections.abc import Callable
+from contextlib import ContextDecorator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -70,7 +71,7 @@ def in_force(explicit: Settings) -> Resolved:
     return explicit.over(current_policy())
 
 
-class device_policy:  # noqa: N801 - a context manager, named like contextlib's
+class device_policy(ContextDecorator):  # noqa: N801 - a context manager, named like contextlib's
     """Set the alignment settings for a block of code, or for every call of a function.
 
     Inside it,
@@ -191,9 +192,4 @@ class device_policy:  # noqa: N801 - a context manager, named like contextlib's
 
             return cast(F, scoped_async)
 
-        @functools.wraps(function)
-        def scoped(*args: Any, **kwargs: Any) -> Any:
-            with self:
-                return function(*args, **kwargs)
-
-        return cast(F, scoped)
+        return super().__call__(function)  # ContextDecorator's: each call inside `with self:`
