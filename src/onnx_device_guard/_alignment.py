@@ -20,7 +20,7 @@ from ._options import DeviceMismatchResolutionMode, Resolved, Settings, check_mo
 from ._policy import current_policy, device_policy
 from ._providers import effective_providers, first_gpu_provider, provider_device_id, require_session
 
-_NO_GPU_HELP = help_url("troubleshooting", "no-data-transfer-registered")
+_NO_GPU_HELP = EnvironmentConfigurationError.default_help_url  # "no data transfer registered"
 _DEVICE_ID_HELP = help_url("troubleshooting", "device-id-mismatch")
 _DISAGREE_HELP = help_url("troubleshooting", "sessions-on-different-gpus")
 

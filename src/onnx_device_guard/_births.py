@@ -24,15 +24,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._errors import EnvironmentConfigurationError, help_url
+from ._errors import EnvironmentConfigurationError
 from ._follow import following, on_set_providers
 from ._messages import logger, short_repr
 from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, parse_device_id
 
 if TYPE_CHECKING:
     from ._options import Settings
-
-_HELP = help_url("troubleshooting", "no-data-transfer-registered")
 
 
 @dataclass(eq=False, slots=True)
@@ -331,8 +329,7 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     if not _hooks:  # left inert under another wrapper
         return
     try:
-        birth = _record(session, args, kwargs)
-        _RECORDS[session] = birth
+        _RECORDS[session] = birth = _record(session, args, kwargs)
     except Exception as error:  # an odd subclass: its constructor's result stands
         logger.debug("Could not read what %s was asked for: %r", short_repr(session), error)
         return
@@ -398,9 +395,9 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
     """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`."""
     from ._alignment import warn_at_caller
     from ._options import Settings
-    from ._policy import in_force
+    from ._policy import current_policy
 
-    used = in_force(settings or Settings())
+    used = (settings or Settings()).over(current_policy())
     provider = birth.asked[0]
     problem = (
         f"onnxruntime dropped {provider} for the session of {short_repr(birth.file, 200)}: "
@@ -409,7 +406,7 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
     )
     birth.reported = True
     if used.resolution_mode == "fail":
-        raise EnvironmentConfigurationError(problem, help_url=_HELP)
+        raise EnvironmentConfigurationError(problem)  # its help: no data transfer registered
     fallback = str(used.fallback_device)
     text = f"{problem} Its tensors belong on {fallback!r}."
     if used.warn:
@@ -425,6 +422,6 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
             "odg_providers": list(birth.got),
             "odg_requested_device": birth.device,
             "odg_aligned_device": fallback,
-            "odg_help_url": _HELP,
+            "odg_help_url": EnvironmentConfigurationError.default_help_url,
         },
     )

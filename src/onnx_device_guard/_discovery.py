@@ -7,6 +7,7 @@ limits, calling no property or method, and says what it leaves out.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import inspect
 import itertools
@@ -182,11 +183,8 @@ def where(model: object, name: str, value: object) -> tuple[str, object]:
     cls = type(model)
     if not hasattr(cls, "__getattr__") and cls.__getattribute__ is object.__getattribute__:
         return name, model  # nothing forwards: the attribute is the model's own
-    try:
+    with contextlib.suppress(AttributeError):
         inspect.getattr_static(model, name)
-    except AttributeError:
-        pass
-    else:
         return name, model
     for child_name, child in instance_attributes(model):
         if isinstance(child, _LEAVES + _CONTAINERS):

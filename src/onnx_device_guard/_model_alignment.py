@@ -42,7 +42,7 @@ from ._options import (
     SessionAttr,
     guard_options,
 )
-from ._policy import in_force
+from ._policy import current_policy
 
 _SEARCHED_SHOWN = 12
 """How many of the searched attribute paths an error lists."""
@@ -120,7 +120,7 @@ class _Load:
             else find_sessions(model, options.session_attr, factory)
         )
         sessions = [(name, session) for name, session in found if session is not None]
-        used = self.made_with or in_force(options.settings)  # a bad variable raises here
+        used = self.made_with or options.settings.over(current_policy())  # a bad variable raises
         if unreached:
             _unreached(model, factory, unreached, used.resolution_mode == "fail" and not sessions)
         if not sessions:
@@ -228,8 +228,7 @@ class _Load:
         note: Callable[[], str],
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device once; the last aligned, the first fallback, its source."""
-        names = [path for path, _ in sessions]
-        objects = [session for _, session in sessions]
+        names, objects = zip(*sessions, strict=True)  # never empty: a load without one waits
         first: tuple[Fallback | None, str] = (None, "")
         aligned: dict[torch.device, torch.device] = {}
         for requested, source in devices:

@@ -20,7 +20,7 @@ from ._devices import DeviceLike
 from ._environment import read as read_environment
 from ._errors import DeviceGuardError, ModelInputError
 from ._messages import short_repr, typed_repr
-from ._options import DeviceMismatchResolutionMode, Resolved, Settings, settings
+from ._options import DeviceMismatchResolutionMode, Resolved, settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -64,11 +64,6 @@ def current_policy() -> Resolved:
 
 # The defaults outside every scope, read once (errors are not cached: a bad value raises each time).
 _defaults = functools.cache(read_environment)
-
-
-def in_force(explicit: Settings) -> Resolved:
-    """The settings a call uses: `explicit` over the policy in force."""
-    return explicit.over(current_policy())
 
 
 class device_policy(ContextDecorator):  # noqa: N801 - a context manager, named like contextlib's
