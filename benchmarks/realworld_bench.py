@@ -259,7 +259,7 @@ def time_guard_work(
     def born_in_the_call() -> object:
         collected = _births._LOAD.get()
         if collected is not None:  # as a patched load's sessions are: born in the call
-            collected.extend(sessions)
+            collected.born.extend(sessions)
         return model
 
     return compare(

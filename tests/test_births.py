@@ -496,3 +496,121 @@ class TestHooksComeOff:
             [sys.executable, "-c", script], capture_output=True, text=True, check=False
         )
         assert done.stdout.strip() == "unhooked", done.stderr
+
+
+class TestWhoOwnsABirth:
+    """Each session born reaches the one that must check it: no session is missed."""
+
+    def test_sessions_opened_later_are_checked_together(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """Two sessions opened after the load on different GPUs fall back, as in the load."""
+
+        class OnGPU(onnxruntime.InferenceSession):  # type: ignore[misc]
+            """Runs on the GPU `device_id` as far as anything asking it can tell."""
+
+            def __init__(self, device_id: int) -> None:
+                self.device_id = device_id
+                super().__init__(example_model(), providers=CPU)
+
+            def get_providers(self) -> list[str]:
+                return CUDA
+
+            def get_provider_options(self) -> dict[str, dict[str, str]]:
+                return {CUDA[0]: {"device_id": str(self.device_id)}}
+
+        @device_guard
+        class Lazy:
+            def __init__(self) -> None:
+                self.device, self.sessions = "cuda:0", list[Any]()
+
+            def open(self, device_id: int) -> None:
+                self.sessions.append(OnGPU(device_id))
+
+        model = Lazy()
+        model.open(1)
+        assert model.device == "cuda:1"  # the one session's GPU
+        model.open(0)
+        assert model.device == "cpu"  # the two disagree: the fallback device
+        assert "different GPUs" in fallbacks(caught)[-1]
+
+    def test_a_lazy_model_opening_in_another_load_is_checked_itself(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """The `self` that opens a session is nearer than the load around it: its own report."""
+
+        @device_guard
+        class Encoder:
+            def __init__(self) -> None:
+                self.device, self.session = "cuda", None
+
+            def encode(self) -> None:
+                self.session = session()
+
+        @device_guard
+        class Index:
+            def __init__(self, encoder: Encoder) -> None:
+                encoder.encode()
+                self.device, self.session = "cpu", session(CPU)
+
+        encoder = Encoder()
+        Index(encoder)
+        assert encoder.device == "cpu"
+        (text,) = fallbacks(caught)
+        assert "model Encoder" in text
+
+    def test_a_load_inside_a_lazy_models_method_keeps_its_sessions(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A guarded load nearer than the waiting `self` owns what it makes."""
+
+        @device_guard
+        class Inner:
+            def __init__(self) -> None:
+                self.device, self.session = "cuda", session()
+
+        @device_guard
+        class Pipeline:
+            def __init__(self) -> None:
+                self.device = "cuda"
+                self.inner: Any = None
+
+            def build(self) -> None:
+                self.inner = Inner()
+
+        pipeline = Pipeline()
+        pipeline.build()
+        assert pipeline.inner.device == "cpu"
+        (text,) = fallbacks(caught)
+        assert "model Inner" in text
+
+    def test_the_watch_checks_sessions_session_attr_leaves_out(self) -> None:
+        """A guarded load with session_attr owns the sessions it names; the watch the rest."""
+
+        class Two:
+            def __init__(self) -> None:
+                self.main, self.aux, self.device = session(CPU), session(), "cpu"
+
+        load = device_guard(session_attr="main")(Two)
+        with (
+            watch_sessions(resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"),
+        ):
+            load()
+
+    def test_sessions_born_in_new_are_the_loads(self) -> None:
+        """A guarded class whose __new__ returns another type is checked on its sessions."""
+
+        class Model:  # its session where no attribute search finds it
+            def __init__(self) -> None:
+                hidden = session()
+                self.infer, self.device = lambda feeds: hidden.run(None, feeds), "cpu"
+
+        @device_guard(resolution_mode="fail")
+        class Loader:
+            def __new__(cls) -> Any:
+                return Model()
+
+        for _ in range(2):
+            with pytest.raises(EnvironmentConfigurationError):
+                Loader()

@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 from onnx_device_guard import (
+    EnvironmentConfigurationError,
     ModelInputError,
     align_device_with_onnx_session,
     aligned_device,
@@ -30,6 +32,7 @@ from .sessions import cpu_session, cuda_session
 BAD_STRINGS = ["cuda:128", "cuda:256", "cuda:65536", "cuda:4294967296", "cpu:300", "meta:999"]
 BAD_DEVICES = [torch.device("cuda", 128), torch.device("cuda", 200), torch.device("meta", 250)]
 BAD = [*BAD_STRINGS, *BAD_DEVICES]
+CUDA1 = torch.device("cuda", 1)
 bad = pytest.mark.parametrize("device", BAD, ids=[str(d) for d in BAD])
 
 
@@ -66,6 +69,33 @@ class TestCore:
         """Up to 127, and no index at all, are devices as before."""
         expected = torch.device(device) if isinstance(device, str) else device
         assert align_device_with_onnx_session(cuda_session(None), device) == expected
+
+
+class TestNumpyIntegers:
+    """numpy's integers are CUDA indices, as torch reads them, wherever an int is."""
+
+    @pytest.mark.parametrize("kind", ["int64", "uint8", "intc"])
+    def test_the_core_reads_them_as_an_int(self, kind: str) -> None:
+        """np.int64(1) is cuda:1 (before: refused as no device)."""
+        assert align_device_with_onnx_session(cuda_session(1), getattr(np, kind)(1)) == CUDA1
+
+    def test_an_index_torch_cannot_address_is_refused(self) -> None:
+        with pytest.raises(ModelInputError, match="cannot address"):
+            align_device_with_onnx_session(cuda_session(0), np.int64(200))
+
+    def test_numpy_bools_are_no_index(self) -> None:
+        with pytest.raises(ModelInputError, match="CUDA index"):
+            align_device_with_onnx_session(cuda_session(0), np.True_)  # type: ignore[arg-type]
+
+    def test_a_calls_numpy_index_is_checked(self) -> None:
+        """Before: a call's np.int64(1) was left to the package without a word, in "fail"."""
+
+        @device_guard(resolution_mode="fail")
+        def load(device: Any = "cpu") -> Model:
+            return Model(cpu_session(), "cpu")
+
+        with pytest.raises(EnvironmentConfigurationError, match="'cuda:1'"):
+            load(device=np.int64(1))
 
 
 class TestGuard:

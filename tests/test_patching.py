@@ -392,6 +392,56 @@ class TestClass:
         finally:
             unguard_class(models.Pipeline)
 
+    def test_a_subclass_guarded_in_source_stays_guarded_after_the_base_patch_ends(
+        self, loaded_package: FakePackage
+    ) -> None:
+        """Undoing a base class's patch leaves the __init__ wrapper a guarded subclass needs."""
+        models = loaded_package.module(".models")
+        handle = patch(loaded_package.target(".models:Pipeline"))
+
+        @device_guard(fallback_device="meta")
+        class Mine(models.Pipeline):  # type: ignore[name-defined,misc]
+            def __init__(self, device: str = "cuda") -> None:
+                super().__init__(device)
+
+        handle.undo()
+        with device_policy(warn=False):
+            assert Mine().device == "meta"
+            assert models.Pipeline().device == "cuda"
+        unguard_class(Mine)
+        assert "__init__" in vars(Mine)
+        assert Mine().device == "cuda"
+
+    def test_a_patched_subclass_stays_patched_after_its_base_patch_ends(
+        self, loaded_package: FakePackage
+    ) -> None:
+        models = loaded_package.module(".models")
+
+        class Sub(models.Pipeline):  # type: ignore[name-defined,misc]
+            def __init__(self, device: str = "cuda") -> None:
+                super().__init__(device)
+
+        models.Sub = Sub  # type: ignore[attr-defined]
+        base = patch(loaded_package.target(".models:Pipeline"))
+        with patch(loaded_package.target(".models:Sub"), fallback_device="meta"):
+            base.undo()
+            with device_policy(warn=False):
+                assert Sub().device == "meta"
+        assert Sub().device == "cuda"
+
+    def test_device_guard_after_a_patch_outlives_the_patch(
+        self, loaded_package: FakePackage
+    ) -> None:
+        """device_guard on a class a patch guards (same options) keeps the guard after undo."""
+        models = loaded_package.module(".models")
+        with patch(loaded_package.target(".models:Pipeline")):
+            device_guard(models.Pipeline)
+        try:
+            with device_policy(warn=False):
+                assert models.Pipeline().device == "cpu"
+        finally:
+            unguard_class(models.Pipeline)
+
 
 class TestNotYetImported:
     """Targets whose module is imported after patch()."""

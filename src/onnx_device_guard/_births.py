@@ -75,24 +75,26 @@ def birth_of(session: object) -> Birth | None:
 
 # --- who owns a birth --------------------------------------------------------
 
-_LOAD: ContextVar[list[object] | None] = ContextVar("onnx_device_guard_load", default=None)
+_LOAD: ContextVar[collecting | None] = ContextVar("onnx_device_guard_load", default=None)
 
 
 class collecting:  # noqa: N801 - a context manager, named for what its block does
     """Collect the sessions born in this context during the block; an outer load gets them too."""
 
-    __slots__ = ("_outer", "_token", "born")
+    __slots__ = ("_outer", "_token", "born", "frame")
 
     def __enter__(self) -> list[object]:
         self.born: list[object] = []
+        self.frame: types.FrameType | None = sys._getframe(1)  # the load's, for _pending_owner
         self._outer = _LOAD.get()
-        self._token = _LOAD.set(self.born)
+        self._token = _LOAD.set(self)
         return self.born
 
     def __exit__(self, *exc_info: object) -> None:
         _LOAD.reset(self._token)
+        self.frame = None
         if self._outer is not None:
-            self._outer.extend(self.born)
+            self._outer.born.extend(self.born)
 
 
 _PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object]]] = {}
@@ -122,11 +124,21 @@ def _forget(
         _unhook_if_unused()
 
 
-def _pending_owner() -> tuple[object, Callable[[Any, object], object]] | None:
-    """The pending model among the callers' first arguments (`self`), with its check."""
+def unclaimed(sessions: list[object]) -> None:
+    """Sessions a load collected but does not own: an outer load has them, else the watch."""
+    if _LOAD.get() is None and _WATCHES:
+        for birth in filter(None, map(birth_of, sessions)):
+            if birth.dropped and not birth.reported:
+                report_birth(birth, _WATCHES[0]._settings)
+
+
+def _pending_owner(
+    load: collecting | None,
+) -> tuple[object, Callable[[Any, object], object]] | None:
+    """The pending model among the callers' first arguments (`self`) nearer than `load`."""
     frame: types.FrameType | None = sys._getframe(2)  # past the wrapper and wrapt
     for _ in range(64):  # calling frames looked through, at most
-        if frame is None:
+        if frame is None or (load is not None and frame is load.frame):
             return None
         code = frame.f_code
         if code.co_argcount:
@@ -334,13 +346,12 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
         logger.debug("Could not read what %s was asked for: %r", short_repr(session), error)
         return
     load = _LOAD.get()
-    if load is not None:
-        load.append(session)
-        return
-    owner = _pending_owner() if _PENDING else None
+    owner = _pending_owner(load) if _PENDING else None  # a `self` it is opened in, nearer
     if owner is not None:
         model, check = owner
         check(model, session)
+    elif load is not None:
+        load.born.append(session)
     elif _WATCHES and birth.dropped:
         report_birth(birth, _WATCHES[0]._settings)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._births import collecting, use
+from ._births import collecting, unclaimed, use
 from ._errors import DeviceGuardError, ModelInputError
 from ._model_alignment import Call, align_model
 from ._options import GuardOptions
@@ -54,6 +54,8 @@ def guard_class(cls: type, options: GuardOptions, origin: object = None) -> None
     existing = class_guard(cls)
     if existing is not None:
         if existing.options == options:
+            if origin is None:  # device_guard too: the guard outlives the patch that made it
+                existing.origin = None
             return
         raise ModelInputError(
             f"The class {cls.__qualname__} is already guarded with other options "
@@ -90,12 +92,15 @@ def unguard_class(cls: type, origin: object = None) -> None:
     guard = class_guard(cls)
     if guard is None or guard.origin is not origin:
         return
+    type.__delattr__(cls, _GUARD)
     for owner, name, value in reversed(guard.replaced):
-        if value is not None:
+        keeper = owner is not cls and next(filter(None, map(class_guard, owner.__mro__)), None)
+        if keeper:  # a subclass still guarded (by itself or a base) keeps the wrapper for it
+            keeper.replaced.append((owner, name, value))
+        elif value is not None:
             type.__setattr__(owner, name, value)
         elif name in owner.__dict__:
             type.__delattr__(owner, name)
-    type.__delattr__(cls, _GUARD)
 
 
 def _replace(guard: _ClassGuard, owner: type, name: str, value: Any) -> None:
@@ -145,9 +150,13 @@ def _new_wrapper(cls: type, new: Any) -> Any:
     """A `__new__` that aligns what it returns when no `__init__` will: another type."""
 
     def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-        instance = _own_or_inherited(cls, new, "__new__", klass)(klass, *args, **kwargs)
+        use(permanent=True)
+        with collecting() as born:
+            instance = _own_or_inherited(cls, new, "__new__", klass)(klass, *args, **kwargs)
         if not isinstance(instance, klass):
-            _align(instance, klass, args, kwargs)
+            _align(instance, klass, args, kwargs, born)
+        else:  # its __init__ runs next, in a load of its own
+            unclaimed(born)
         return instance
 
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"

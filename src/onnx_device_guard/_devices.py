@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from ._errors import ModelInputError
@@ -19,11 +21,11 @@ def as_device(value: object, name: str) -> torch.device:
         if index is None or 0 <= index <= MAX_DEVICE_INDEX:
             return value
         raise _unaddressable(name, value, index)
-    if isinstance(value, int) and not isinstance(value, bool):  # torch reads 0 as cuda:0
-        if 0 <= value <= MAX_DEVICE_INDEX:
-            return torch.device("cuda", value)
-        raise _unaddressable(name, value, short_repr(value, 20))
     if not isinstance(value, str):
+        if not isinstance(value, bool) and isinstance(value, numbers.Integral):  # numpy's too
+            if 0 <= (index := int(value)) <= MAX_DEVICE_INDEX:  # torch reads 0 as cuda:0
+                return torch.device("cuda", index)
+            raise _unaddressable(name, value, short_repr(value, 20))
         raise ModelInputError(
             f"{name} must be a torch.device, a string such as 'cuda:0' or a CUDA index; "
             f"got {typed_repr(value)}."

@@ -13,13 +13,13 @@ import logging
 import os
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
 
 from ._alignment import Details, Fallback, plan_alignment, report_fallback
-from ._births import Birth, await_births, birth_of, collecting, use, why_dropped
+from ._births import Birth, await_births, birth_of, collecting, unclaimed, use, why_dropped
 from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
@@ -63,7 +63,10 @@ def align_model(
     if born and options.session_attr is None:
         references = tuple(map(weakref.ref, born))  # recorded at birth, so weakly referenced
     factory = None if call is None else call.factory
-    return _Load(options, factory, call, origin, references).align(model)
+    aligned = _Load(options, factory, call, origin, references).align(model)
+    if born and not references:  # those session_attr does not name are the watch's
+        unclaimed(born)
+    return aligned
 
 
 def call_and_align(call: Call, options: GuardOptions, origin: Origin | None = None) -> Any:
@@ -102,9 +105,9 @@ class _Load:
     """What the call asked for, once read (a `device=` callable runs once per load)."""
 
     def born_later(self, model: object, session: object) -> torch.device | None:
-        """Align `model`, which had no session at its load, with a session it opened now."""
-        later = replace(self, born=(*self.born, weakref.ref(session)))
-        return later.align(model, opened_later=True)
+        """Align `model`, which had no session at its load, with all it opened since then."""
+        self.born, self.made_with = (*self.born, weakref.ref(session)), None  # policy of now
+        return self.align(model, opened_later=True)
 
     def changed(self, model: object, *change: object) -> None:
         """Align `model` again after one of its sessions changed providers."""
