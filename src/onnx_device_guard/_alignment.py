@@ -196,7 +196,7 @@ def _resolve(
 
 def plan_alignment(
     sessions: Sequence[object],
-    names: Sequence[str] | None,
+    names: Sequence[str],
     requested: torch.device,
     settings: Resolved,
 ) -> tuple[torch.device, Fallback | None]:
@@ -204,25 +204,24 @@ def plan_alignment(
 
     Each session in turn aligns the device; when they end on different GPUs,
     the fallback device is used if all read it. Messages name sessions by
-    `names` (else position) when there are several.
+    `names` when there are several.
     """
     mode, fallback = settings.resolution_mode, settings.fallback_device
     several = len(sessions) > 1
-    labels = names or [f"#{number}" for number in range(len(sessions))]
     aligned = requested
     mismatches: list[Mismatch] = []
-    for label, session in zip(labels, sessions, strict=True):
+    for name, session in zip(names, sessions, strict=True):
         mismatch = find_mismatch(session, aligned)
         if mismatch is None:
             continue
-        mismatch.session_name = label if several else None
+        mismatch.session_name = name if several else None
         aligned = _resolve(session, mismatch, mode, fallback)
         mismatches.append(mismatch)
     if not mismatches:
         return aligned, None
     at_fault = tuple(
-        label
-        for label, session in zip(labels, sessions, strict=True)
+        name
+        for name, session in zip(names, sessions, strict=True)
         if several and find_mismatch(session, aligned) is not None
     )
     if not at_fault:
