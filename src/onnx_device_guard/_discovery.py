@@ -87,7 +87,10 @@ def read_attribute(
         ) from error
 
 
-Found = tuple[list[tuple[str, object]], tuple[str, ...], tuple[str, ...]]
+Sessions = list[tuple[str, object]]
+"""A model's sessions, each with the name messages give it."""
+
+Found = tuple[Sessions, tuple[str, ...], tuple[str, ...]]
 """Sessions with their paths, the attribute paths searched, and what the search left out."""
 
 
@@ -116,10 +119,8 @@ def find_sessions(model: object, source: SessionSource, factory: object | None) 
     return _sessions_from_callable(model, source, factory), (), ()
 
 
-def _sessions_at_paths(
-    model: object, paths: tuple[str, ...], factory: object | None
-) -> list[tuple[str, object]]:
-    found: list[tuple[str, object]] = []
+def _sessions_at_paths(model: object, paths: tuple[str, ...], factory: object | None) -> Sessions:
+    found: Sessions = []
     missing: list[str] = []
     for path in paths:
         value = _follow(model, path, factory)
@@ -149,7 +150,7 @@ def _follow(model: object, path: str, factory: object | None) -> Any:
 
 def _sessions_from_callable(
     model: object, source: Callable[[Any], object], factory: object | None
-) -> list[tuple[str, object]]:
+) -> Sessions:
     name = f"session_attr={factory_name(source)}"
     try:
         result = source(model)
@@ -230,7 +231,7 @@ class _Search:
     """One discovery's state: what it found, what it searched, what it has seen."""
 
     def __init__(self, model: object) -> None:
-        self.found: list[tuple[str, object]] = []
+        self.found: Sessions = []
         self.searched: list[str] = []
         self.unreached: list[str] = []
         self.seen = {id(model)}

@@ -24,6 +24,7 @@ from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
     DeviceAttribute,
+    Sessions,
     context,
     describe,
     factory_name,
@@ -46,9 +47,6 @@ from ._policy import current_policy
 
 _SEARCHED_SHOWN = 12
 """How many of the searched attribute paths an error lists."""
-
-Sessions = list[tuple[str, object]]
-"""A model's sessions, each with the name messages give it."""
 
 
 def align_model(
