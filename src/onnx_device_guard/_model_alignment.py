@@ -174,7 +174,6 @@ class _Load:
         attribute: DeviceAttribute | None,
     ) -> tuple[Asked, list[tuple[torch.device, str]], Sessions]:
         """What the call asked for, every device to check, and the sessions that asked a GPU."""
-        factory = self.factory
         explained = attribute is not None or any(births)
         asked = self.asked
         if asked is None:
@@ -188,7 +187,7 @@ class _Load:
         if attribute is not None:
             checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
         if not checks and not explained:
-            raise _no_device(model, factory)
+            raise _no_device(model, self.factory)
         try:
             devices = [(as_device(value, "device"), source) for value, source in checks]
         except ModelInputError as error:
