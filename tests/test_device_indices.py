@@ -87,6 +87,16 @@ class TestNumpyIntegers:
         with pytest.raises(ModelInputError, match="CUDA index"):
             align_device_with_onnx_session(cuda_session(0), np.True_)  # type: ignore[arg-type]
 
+    def test_the_device_option_takes_them(self) -> None:
+        """device=np.int64(1) is cuda:1, as device=1 is (before: refused as no CUDA index)."""
+
+        @device_guard(device=np.int64(1), resolution_mode="fail")
+        def load() -> Model:
+            return Model(cpu_session(), "cpu")
+
+        with pytest.raises(EnvironmentConfigurationError, match="'cuda:1'"):
+            load()
+
     def test_a_calls_numpy_index_is_checked(self) -> None:
         """Before: a call's np.int64(1) was left to the package without a word, in "fail"."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+from typing import TypeGuard
 
 import torch
 
@@ -22,7 +23,7 @@ def as_device(value: object, name: str) -> torch.device:
             return value
         raise _unaddressable(name, value, index)
     if not isinstance(value, str):
-        if not isinstance(value, bool) and isinstance(value, numbers.Integral):  # numpy's too
+        if is_index(value):
             if 0 <= (index := int(value)) <= MAX_DEVICE_INDEX:  # torch reads 0 as cuda:0
                 return torch.device("cuda", index)
             raise _unaddressable(name, value, short_repr(value, 20))
@@ -37,6 +38,11 @@ def as_device(value: object, name: str) -> torch.device:
             _PARSED.clear()
         parsed = _PARSED[text] = _parse(text, name)
     return parsed
+
+
+def is_index(value: object) -> TypeGuard[numbers.Integral]:
+    """Whether `value` is an integer torch reads as a CUDA index: numpy's too, never a bool."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral)
 
 
 def _parse(value: str, name: str) -> torch.device:

@@ -13,7 +13,7 @@ from typing import Any, Literal, get_args
 
 import torch
 
-from ._devices import DeviceLike, as_device
+from ._devices import DeviceLike, as_device, is_index
 from ._errors import ModelInputError
 from ._messages import short_repr, typed_repr
 
@@ -182,7 +182,7 @@ def _device_attr(value: object) -> str:
 def _device_option(value: object) -> DeviceOption:
     if value is None:
         return None
-    if isinstance(value, torch.device | str) or (type(value) is int):
+    if isinstance(value, torch.device | str) or is_index(value):
         return as_device(value, "device")
     if callable(value) and not isinstance(value, type):
         return value
