@@ -62,7 +62,7 @@ def align_model(
         references = tuple(map(weakref.ref, born))  # recorded at birth, so weakly referenced
     factory = None if call is None else call.factory
     aligned = _Load(options, factory, call, origin, references).align(model)
-    if born and not references:  # those session_attr does not name are the watch's
+    if born and options.session_attr is not None:  # those it does not name are the watch's
         unclaimed(born)
     return aligned
 
