@@ -195,22 +195,19 @@ def _resolve(
 
 
 def plan_alignment(
-    sessions: Sequence[object],
-    names: Sequence[str],
-    requested: torch.device,
-    settings: Resolved,
+    sessions: Sequence[tuple[str, object]], requested: torch.device, settings: Resolved
 ) -> tuple[torch.device, Fallback | None]:
-    """Return the device all `sessions` read and the fallback to report; nothing is logged.
+    """Return the device all `(name, session)` read and the fallback to report; nothing is logged.
 
     Each session in turn aligns the device; when they end on different GPUs,
-    the fallback device is used if all read it. Messages name sessions by
-    `names` when there are several.
+    the fallback device is used if all read it. Messages name the sessions
+    when there are several.
     """
     mode, fallback = settings.resolution_mode, settings.fallback_device
     several = len(sessions) > 1
     aligned = requested
     mismatches: list[Mismatch] = []
-    for name, session in zip(names, sessions, strict=True):
+    for name, session in sessions:
         mismatch = find_mismatch(session, aligned)
         if mismatch is None:
             continue
@@ -220,13 +217,11 @@ def plan_alignment(
     if not mismatches:
         return aligned, None
     at_fault = tuple(
-        name
-        for name, session in zip(names, sessions, strict=True)
-        if several and find_mismatch(session, aligned) is not None
+        name for name, session in sessions if several and find_mismatch(session, aligned)
     )
     if not at_fault:
         return aligned, Fallback(requested, aligned, tuple(mismatches))
-    if any(find_mismatch(session, fallback) for session in sessions):
+    if any(find_mismatch(session, fallback) for _, session in sessions):
         raise EnvironmentConfigurationError(
             f"The model's sessions run on different GPUs, so {', '.join(map(repr, at_fault))} "
             "cannot read the GPU the others run on, and not all of them can read the "
@@ -420,8 +415,8 @@ def aligned_device(
     with scope:
         requested = as_device(device, "device")
         policy = current_policy()
-        names = [f"sessions[{number}]" for number in range(len(sessions))]
-        aligned, report = plan_alignment(sessions, names, requested, policy)
+        named = [(f"sessions[{number}]", one) for number, one in enumerate(sessions)]
+        aligned, report = plan_alignment(named, requested, policy)
         if report is not None:
             report_fallback(report, policy.warn)
         yield aligned

@@ -58,7 +58,8 @@ class Birth:
         return bool(self.asked) and not any(name in self.got for name in self.asked)
 
 
-_RECORDS: weakref.WeakKeyDictionary[Any, Birth] = weakref.WeakKeyDictionary()
+_RECORDS: dict[int, tuple[weakref.ref[Any], Birth]] = {}
+"""The birth of each observed session alive, by id: a weak reference to it, whose end drops it."""
 _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[str, Mapping[str, str]]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -67,10 +68,8 @@ _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[str, Mapping[str, str]]]] = (
 
 def birth_of(session: object) -> Birth | None:
     """The birth record of `session`, if it was born while observed."""
-    try:
-        return _RECORDS.get(session)
-    except TypeError:  # not weakly referenceable: a fake, never observed
-        return None
+    entry = _RECORDS.get(id(session))
+    return entry[1] if entry is not None and entry[0]() is session else None
 
 
 # --- who owns a birth --------------------------------------------------------
@@ -341,7 +340,9 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     if not _hooks:  # left inert under another wrapper
         return
     try:
-        _RECORDS[session] = birth = _record(session, args, kwargs)
+        birth, key = _record(session, args, kwargs), id(session)
+        end = functools.partial(_RECORDS.pop, key)  # called as pop(key, <the reference>)
+        _RECORDS[key] = (weakref.ref(session, end), birth)
     except Exception as error:  # an odd subclass: its constructor's result stands
         logger.debug("Could not read what %s was asked for: %r", short_repr(session), error)
         return

@@ -15,7 +15,8 @@ import logging
 import pathlib
 import types
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from ._errors import DeviceGuardError
 from ._messages import MISSING, error_text, logger, short_repr
@@ -95,7 +96,7 @@ Found = tuple[Sessions, tuple[str, ...], tuple[str, ...]]
 
 
 def find_sessions(model: object, source: SessionSource, factory: object | None) -> Found:
-    """The model's sessions with their paths (`None` kept), what was searched, what was not."""
+    """The model's sessions with their paths, what was searched, what was not (`None` is none)."""
     if source is None:
         tried: list[str] = []
         for name in DEFAULT_SESSION_ATTRS:
@@ -115,8 +116,10 @@ def find_sessions(model: object, source: SessionSource, factory: object | None) 
             )
         return found, (*tried, *searched), unreached
     if isinstance(source, tuple):
-        return _sessions_at_paths(model, source, factory), source, ()
-    return _sessions_from_callable(model, source, factory), (), ()
+        found, searched = _sessions_at_paths(model, source, factory), source
+    else:
+        found, searched = _sessions_from_callable(model, source, factory), ()
+    return [(path, value) for path, value in found if value is not None], searched, ()
 
 
 def _sessions_at_paths(model: object, paths: tuple[str, ...], factory: object | None) -> Sessions:
@@ -341,7 +344,8 @@ def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
 # --- the device attribute ----------------------------------------------------
 
 
-class DeviceAttribute(NamedTuple):
+@dataclass(slots=True)
+class DeviceAttribute:
     """The model's device attribute: its path, value, and the object to write it on."""
 
     path: str

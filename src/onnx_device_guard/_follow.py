@@ -121,13 +121,14 @@ def watch(
             message = "Not following %s sessions: only onnxruntime.InferenceSession is. "
             _warn_once(_NOT_SESSIONS, type(session), message + _AT_LOAD_ONLY, logging.DEBUG)
             continue
-        with _LOCK:  # against stop_following: a load racing undo() leaves no watch
-            if origin is not None and origin.cancelled:
-                return 0
-            followers = _FOLLOWED.get(session) or _FOLLOWED.setdefault(session, _Followers())
-            entry = (id(model), key)
-            existing = followers.watches.get(entry)
-            if existing is None or existing.model() is not model:  # new, or a dead model's id
+        entry = (id(model), key)
+        followers = _FOLLOWED.get(session)
+        existing = None if followers is None else followers.watches.get(entry)
+        if existing is None or existing.model() is not model:  # new, or a dead model's id
+            with _LOCK:  # against stop_following: a load racing undo() leaves no watch
+                if origin is not None and origin.cancelled:
+                    return 0
+                followers = _FOLLOWED.get(session) or _FOLLOWED.setdefault(session, _Followers())
                 forget = functools.partial(_forget, followers.watches, entry)
                 watched = _Watch(weakref.ref(model, forget), session_name, on_change, origin)
                 followers.watches[entry] = watched
@@ -251,6 +252,8 @@ def _warn_once(
     seen: weakref.WeakSet[type], cls: type, message: str, level: int = logging.WARNING
 ) -> None:
     """Log `message` about `cls` (at WARNING unless `level` says otherwise) once per class."""
+    if cls in seen:  # read without the lock: the usual answer
+        return
     with _LOCK:
         if cls in seen:
             return

@@ -114,35 +114,32 @@ class _Load:
     def align(self, model: object, opened_later: bool = False) -> torch.device | None:
         """Align `model` with its sessions, read now."""
         options, factory = self.options, self.factory
-        born = [session for session in (reference() for reference in self.born) if session]
-        found, searched, unreached = (
+        born = [session for ref in self.born if (session := ref()) is not None] if self.born else ()
+        sessions, searched, unreached = (
             (_named(model, born), (), ())
             if born  # no search: the sessions born in the load are its sessions
             else find_sessions(model, options.session_attr, factory)
         )
-        sessions = [(name, session) for name, session in found if session is not None]
         used = self.made_with or options.settings.over(current_policy())  # a bad variable raises
         if unreached:
             _unreached(model, factory, unreached, used.resolution_mode == "fail" and not sessions)
         if not sessions:
             self._wait(model, searched)
             return None
-        births = [birth_of(session) for _, session in sessions]
         attribute = find_device_attribute(model, options.device_attr, factory)
-        asked, devices, asking = self._devices(model, sessions, births, attribute)
+        asked, devices, asking, dropped = self._devices(model, sessions, attribute)
         if not devices:
             return None  # sessions that asked for the CPU only, and no device anywhere
         if options.follow and self.made_with is None:  # a change is not followed again
             self.made_with, self.asked = used, asked
             watch(model, sessions, self.changed, key=id(options), origin=self.origin)
-        checked = asking or sessions  # a session asked for the CPU alone runs there on purpose
-        dropped = [b for b in births if b is not None and b.dropped]
 
         def note() -> str:  # written only when a message needs it
             text = "; its session was opened after the load" if opened_later else ""
             return f"{text}. {why_dropped(dropped[0].asked[0])}" if dropped else text
 
-        aligned, report, source = self._plan(model, checked, devices, used, note)
+        # A session asked for the CPU alone runs there on purpose.
+        aligned, report, source = self._plan(model, asking or sessions, devices, used, note)
         if report is None:
             return aligned
         heard = bool(dropped) and all(birth.reported for birth in dropped)
@@ -170,29 +167,32 @@ class _Load:
         self,
         model: object,
         sessions: Sessions,
-        births: list[Birth | None],
         attribute: DeviceAttribute | None,
-    ) -> tuple[Asked, list[tuple[torch.device, str]], Sessions]:
-        """What the call asked for, every device to check, and the sessions that asked a GPU."""
-        explained = attribute is not None or any(births)
+    ) -> tuple[Asked, Asked, Sessions, list[Birth]]:
+        """The devices asked for and all to check; the sessions asking a GPU, and those dropped."""
+        births = [birth_of(session) for _, session in sessions]
+        recorded = any(births)
         asked = self.asked
         if asked is None:
-            asked = asked_devices(self.options.device, self.call, model, strict=not explained)
-        checks: list[tuple[object, str]] = list(asked)
+            strict = attribute is None and not recorded
+            asked = asked_devices(self.options.device, self.call, model, strict=strict)
+        devices = list(asked)
         asking: Sessions = []
-        for (name, session), birth in zip(sessions, births, strict=True):
+        for pair, birth in zip(sessions, births, strict=True) if recorded else ():
             if birth is not None and birth.asked:
-                asking.append((name, session))
-                checks.append((birth.device, f"the providers session {name!r} asked for"))
+                asking.append(pair)
+                source = f"the providers session {pair[0]!r} asked for"
+                devices.append((as_device(birth.device, "device"), source))
         if attribute is not None:
-            checks.append((attribute.value, f"its device attribute {attribute.path!r}"))
-        if not checks and not explained:
+            source = f"its device attribute {attribute.path!r}"
+            try:
+                devices.append((as_device(attribute.value, "device"), source))
+            except ModelInputError as error:
+                raise self._in_context(error, model, sessions, source) from error
+        elif not devices and not recorded:
             raise _no_device(model, self.factory)
-        try:
-            devices = [(as_device(value, "device"), source) for value, source in checks]
-        except ModelInputError as error:
-            raise self._in_context(error, model, sessions, checks[-1][1]) from error
-        return asked, devices, asking
+        dropped = [b for b in births if b is not None and b.dropped] if recorded else []
+        return asked, devices, asking, dropped
 
     def _wait(self, model: object, searched: tuple[str, ...]) -> None:
         """Leave a model without a session to be checked when its sessions are born."""
@@ -228,18 +228,17 @@ class _Load:
         note: Callable[[], str],
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device once; the last aligned, the first fallback, its source."""
-        names, objects = zip(*sessions, strict=True)  # never empty: a load without one waits
         first: tuple[Fallback | None, str] = (None, "")
         aligned: dict[torch.device, torch.device] = {}
         for requested, source in devices:
             if requested in aligned:
                 continue
             try:
-                aligned[requested], planned = plan_alignment(objects, names, requested, settings)
+                aligned[requested], planned = plan_alignment(sessions, requested, settings)
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error
             except EnvironmentConfigurationError as error:
-                single = "" if len(names) > 1 else f"; session {names[0]!r}"
+                single = "" if len(sessions) > 1 else f"; session {sessions[0][0]!r}"
                 where = f" ({context(model, self.factory)}{single}; device from {source}{note()})"
                 raise in_context(error, after=where) from None
             if first[0] is None and planned is not None:
