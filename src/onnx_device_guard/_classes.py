@@ -19,7 +19,7 @@ from typing import Any
 
 from ._births import collecting, unclaimed, use
 from ._errors import DeviceGuardError, ModelInputError
-from ._model_alignment import Call, align_model
+from ._model_alignment import Load, align_model
 from ._options import GuardOptions
 
 _GUARD = "__onnx_device_guard_class__"
@@ -141,8 +141,8 @@ def _align(
     for klass in cls.__mro__:
         guard = class_guard(klass)
         if guard is not None:
-            call = Call(cls, args, kwargs, signature_of(cls))
-            align_model(instance, guard.options, call, guard.origin, born)
+            load = Load(guard.options, cls, args, kwargs, signature_of(cls), guard.origin)
+            align_model(instance, load, born)
             return
 
 

@@ -11,7 +11,7 @@ from ._classes import guard_class, read_signature
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._messages import short_repr
-from ._model_alignment import Call, call_and_align, call_and_align_async
+from ._model_alignment import Load, call_and_align, call_and_align_async
 from ._options import (
     DeviceMismatchResolutionMode,
     DeviceSource,
@@ -163,12 +163,12 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
 
         @functools.wraps(factory)
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-            return await call_and_align_async(Call(factory, args, kwargs, signature), options)
+            return await call_and_align_async(Load(options, factory, args, kwargs, signature))
 
         return guarded_async
 
     @functools.wraps(factory)
     def guarded_factory(*args: Any, **kwargs: Any) -> Any:
-        return call_and_align(Call(factory, args, kwargs, signature), options)
+        return call_and_align(Load(options, factory, args, kwargs, signature))
 
     return guarded_factory

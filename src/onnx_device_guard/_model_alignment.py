@@ -37,7 +37,6 @@ from ._follow import Origin, watch
 from ._messages import MISSING, error_text, logger, short_repr
 from ._options import (
     DeviceMismatchResolutionMode,
-    DeviceOption,
     GuardOptions,
     Resolved,
     SessionAttr,
@@ -49,51 +48,46 @@ _SEARCHED_SHOWN = 12
 """How many of the searched attribute paths an error lists."""
 
 
-def align_model(
-    model: object,
-    options: GuardOptions,
-    call: Call | None = None,
-    origin: Origin | None = None,
-    born: list[object] | None = None,
-) -> torch.device | None:
-    """Align `model` with its sessions (`born` during `call`); `None` for one with none yet."""
-    references: tuple[Callable[[], object], ...] = ()
-    if born and options.session_attr is None:
-        references = tuple(map(weakref.ref, born))  # recorded at birth, so weakly referenced
-    factory = None if call is None else call.factory
-    aligned = _Load(options, factory, call, origin, references).align(model)
-    if born and options.session_attr is not None:  # those it does not name are the watch's
+def align_model(model: object, load: Load, born: list[object] | None = None) -> torch.device | None:
+    """Align `model` with its sessions (`born` during the `load`); `None` for one with none yet."""
+    named = load.options.session_attr is not None
+    if born and not named:
+        load.born = tuple(map(weakref.ref, born))  # recorded at birth, so weakly referenced
+    aligned = load.align(model)
+    if born and named:  # those it does not name are the watch's
         unclaimed(born)
     return aligned
 
 
-def call_and_align(call: Call, options: GuardOptions, origin: Origin | None = None) -> Any:
-    """Make `call`, collecting the sessions born meanwhile, then align what it returned."""
+def call_and_align(load: Load) -> Any:
+    """Make the `load`'s call, collecting the sessions born meanwhile, then align its model."""
     use(permanent=True)
     with collecting() as born:
-        model = call.factory(*call.args, **call.kwargs)  # type: ignore[operator]
-    align_model(model, options, call, origin, born)
+        model = load.factory(*load.args, **load.kwargs)  # type: ignore[operator]
+    align_model(model, load, born)
     return model
 
 
-async def call_and_align_async(
-    call: Call, options: GuardOptions, origin: Origin | None = None
-) -> Any:
+async def call_and_align_async(load: Load) -> Any:
     """`call_and_align` for an `async def` factory: aligned once the coroutine has finished."""
     use(permanent=True)
     with collecting() as born:
-        model = await call.factory(*call.args, **call.kwargs)  # type: ignore[operator]
-    align_model(model, options, call, origin, born)
+        model = await load.factory(*load.args, **load.kwargs)  # type: ignore[operator]
+    align_model(model, load, born)
     return model
 
 
 @dataclass(slots=True)
-class _Load:
-    """What a load was told and made, to align its model now and again later."""
+class Load:
+    """A guarded call (or a `realign`): what it was told and made, to align its model again."""
 
     options: GuardOptions
-    factory: object | None
-    call: Call | None = None
+    factory: object | None = None
+    """What the call returned the model from; `None` for `realign`, which makes no call."""
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    signature: inspect.Signature | None = None
+    """The factory's signature, read once when it was guarded (`None`: it has none to read)."""
     origin: Origin | None = None
     born: tuple[Callable[[], object], ...] = ()
     """The sessions born during the load, held weakly."""
@@ -101,6 +95,20 @@ class _Load:
     """The settings a followed load was made with, kept for a change."""
     asked: Asked | None = None
     """What the call asked for, once read (a `device=` callable runs once per load)."""
+
+    def device_argument(self) -> object:
+        """The call's `device` argument (or `None`), read without binding the rest."""
+        if "device" in self.kwargs:
+            return self.kwargs["device"]
+        parameters = {} if self.signature is None else self.signature.parameters
+        parameter = parameters.get("device")
+        if parameter is None:
+            return None
+        if self.args and parameter.kind <= parameter.POSITIONAL_OR_KEYWORD:
+            position = list(parameters).index("device")
+            if position < len(self.args):
+                return self.args[position]
+        return None if parameter.default is parameter.empty else parameter.default
 
     def born_later(self, model: object, session: object) -> torch.device | None:
         """Align `model`, which had no session at its load, with all it opened since then."""
@@ -175,7 +183,7 @@ class _Load:
         asked = self.asked
         if asked is None:
             strict = attribute is None and not recorded
-            asked = asked_devices(self.options.device, self.call, model, strict=strict)
+            asked = asked_devices(self, model, strict=strict)
         devices = list(asked)
         asking: Sessions = []
         for pair, birth in zip(sessions, births, strict=True) if recorded else ():
@@ -391,37 +399,12 @@ def _unusable(model: object, factory: object | None, detail: str) -> DeviceGuard
 # --- the devices a call asks for ---------------------------------------------
 
 
-@dataclass(slots=True)
-class Call:
-    """A call of a factory: what returned the model, and with which arguments."""
-
-    factory: object
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    signature: inspect.Signature | None = None
-    """The factory's signature, read once when it was guarded (`None`: it has none to read)."""
-
-    def device_argument(self) -> object:
-        """The call's `device` argument (or `None`), read without binding the rest."""
-        if "device" in self.kwargs:
-            return self.kwargs["device"]
-        parameters = {} if self.signature is None else self.signature.parameters
-        parameter = parameters.get("device")
-        if parameter is None:
-            return None
-        if self.args and parameter.kind <= parameter.POSITIONAL_OR_KEYWORD:
-            position = list(parameters).index("device")
-            if position < len(self.args):
-                return self.args[position]
-        return None if parameter.default is parameter.empty else parameter.default
-
-
-def call_arguments(call: Call, model: object) -> dict[str, Any]:
+def call_arguments(load: Load, model: object) -> dict[str, Any]:
     """The call's arguments by name, defaults and those in a `**kwargs` parameter included."""
-    factory = call.factory
+    factory = load.factory
     try:
-        signature = call.signature or inspect.signature(factory)  # type: ignore[arg-type]
-        bound = signature.bind(*call.args, **call.kwargs)
+        signature = load.signature or inspect.signature(factory)  # type: ignore[arg-type]
+        bound = signature.bind(*load.args, **load.kwargs)
     except (TypeError, ValueError) as error:
         raise DeviceGuardError(
             f"{describe(model, factory)} without a device attribute, and the guard cannot "
@@ -442,15 +425,16 @@ Asked = list[tuple[torch.device, str]]
 """Devices asked for, each with where it came from, in the order they are checked."""
 
 
-def asked_devices(option: DeviceOption, call: Call | None, model: object, *, strict: bool) -> Asked:
+def asked_devices(load: Load, model: object, *, strict: bool) -> Asked:
     """The `device=` option when given, else the call's `device` argument (`None` skipped).
 
     Not `strict` (something else explains the model), a value that is no
     device (a package's own `"auto"`) is left to the package.
     """
+    option, factory = load.options.device, load.factory
     if isinstance(option, torch.device):
         return [(option, "the device= option")]
-    if call is None:
+    if factory is None:
         if callable(option):
             raise ModelInputError(
                 f"device={factory_name(option)} is a callable of a factory call's arguments, "
@@ -458,10 +442,10 @@ def asked_devices(option: DeviceOption, call: Call | None, model: object, *, str
             )
         return []
     if callable(option):
-        return [_from_callable(option, call_arguments(call, model), model, call.factory)]
-    value = call.device_argument()
+        return [_from_callable(option, call_arguments(load, model), model, factory)]
+    value = load.device_argument()
     source = "the call's device argument"
-    device = None if value is None else _as_asked(value, source, model, call.factory, strict)
+    device = None if value is None else _as_asked(value, source, model, factory, strict)
     return [] if device is None else [(device, source)]
 
 
@@ -574,4 +558,4 @@ def realign(  # noqa: PLR0913 - one keyword per documented option
         require_session=require_session,
         follow=False,
     )
-    return align_model(model, options)
+    return align_model(model, Load(options))

@@ -33,7 +33,7 @@ from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._follow import Origin, stop_following
 from ._messages import logger, short_repr
-from ._model_alignment import Call, call_and_align, call_and_align_async
+from ._model_alignment import Load, call_and_align, call_and_align_async
 from ._options import (
     DeviceMismatchResolutionMode,
     DeviceSource,
@@ -432,8 +432,8 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:
             # wrapt has bound `wrapped` to the instance (or class), which is never passed
             # on: the call's arguments then start at the second parameter.
-            call = Call(wrapped, args, kwargs, signature if instance is None else bound)
-            return align(call, options, origin)
+            called = signature if instance is None else bound
+            return align(Load(options, wrapped, args, kwargs, called, origin))
 
         super().__init__(wrapped, guard)
         self._self_target = target
