@@ -432,6 +432,19 @@ class TestRefusals:
             device_guard(lambda: (1, 2))()
         assert device_guard(lambda: types.SimpleNamespace(device="cuda"))().device == "cuda"
 
+    @pytest.mark.parametrize("shape", ["tuple", "none", "generator"])
+    def test_a_session_born_in_the_call_does_not_let_a_non_model_through(self, shape: str) -> None:
+        """`return model, tokenizer` (or nothing, or a generator) is refused, sessions or not."""
+
+        def load(device: str = "cuda") -> Any:
+            model = types.SimpleNamespace(session=session(CPU), device=device)
+            if shape == "generator":
+                return (model for _ in range(1))
+            return (model, "tokenizer") if shape == "tuple" else None
+
+        with pytest.raises(DeviceGuardError, match="can never hold an onnxruntime session"):
+            device_guard(load)()
+
     def test_require_session_true_keeps_the_old_refusal(self) -> None:
         """require_session=True refuses a model without a session."""
         with pytest.raises(DeviceGuardError, match="no object with get_providers"):

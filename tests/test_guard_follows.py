@@ -178,6 +178,17 @@ class TestFallbackMode:
         )
         assert model.session.run(None, {"x": X})[0].tolist() == ONE
 
+    def test_a_change_a_fallen_back_model_survives_is_quiet(self) -> None:
+        """Asked for cuda, moved to cpu at load (one warning); a CPU-only change says no more."""
+        with recorded_logs() as records:
+            model = load(real_session(), "cuda")
+        assert model.device == CPU_DEVICE
+        assert len(warning_records(records)) == 1
+        with recorded_logs() as records:
+            model.session.set_providers([AZURE, CPU])
+        assert model.device == CPU_DEVICE
+        assert loud(records) == []
+
     def test_moving_back_to_the_gpu_keeps_the_fallback_device(self) -> None:
         """A model moved to CPU stays there when the session regains CUDA: CPU reads it."""
         model = load()
@@ -450,6 +461,32 @@ class TestLifetimes:
             gc.enable()
         assert not is_followed(session)
         assert loud(to_cpu(types.SimpleNamespace(session=session))) == []
+
+    @pytest.mark.parametrize("session", [real_session, lambda: None], ids=["followed", "waiting"])
+    def test_a_guarded_method_returning_self_is_freed(self, session: Any) -> None:
+        """`model.to(device)` returns the model: the load keeps neither it nor its arguments."""
+
+        class Pipeline(Model):
+            @device_guard
+            def to(self, device: Any) -> Any:
+                self.device = device
+                return self
+
+        model = Pipeline(session(), "cpu").to("cpu")
+        gone = weakref.ref(model)
+        del model
+        gc.collect()
+        assert gone() is None
+
+    def test_a_patched_method_returning_self_is_freed(self, module: types.ModuleType) -> None:
+        """The same through `patch`, whose wrapper hands the guard a bound method."""
+        module.Detector.load = lambda self, device="cpu": self  # type: ignore[attr-defined]
+        with patch(f"{module.__name__}:Detector.load"):
+            model = module.Detector(real_session(), "cpu").load()  # type: ignore[attr-defined]
+            gone = weakref.ref(model)
+            del model
+            gc.collect()
+            assert gone() is None
 
     def test_models_sharing_a_session_each_follow_once(self) -> None:
         """Two guards and a guard called three times on one session: one report per model."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import types
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
     DeviceAttribute,
+    Found,
     Sessions,
     context,
     describe,
@@ -93,8 +95,8 @@ class Load:
     """The sessions born during the load, held weakly."""
     made_with: Resolved | None = None
     """The settings a followed load was made with, kept for a change."""
-    asked: Asked | None = None
-    """What the call asked for, once read (a `device=` callable runs once per load)."""
+    said: list[tuple[object, str]] | None = None
+    """What the call asked for, read once (a `device=` callable runs once per load)."""
 
     def device_argument(self) -> object:
         """The call's `device` argument (or `None`), read without binding the rest."""
@@ -117,17 +119,18 @@ class Load:
 
     def changed(self, model: object, *change: object) -> None:
         """Align `model` again after one of its sessions changed providers."""
-        self.align(model)
+        self.align(model, followed=True)
 
-    def align(self, model: object, opened_later: bool = False) -> torch.device | None:
+    def align(
+        self, model: object, opened_later: bool = False, followed: bool = False
+    ) -> torch.device | None:
         """Align `model` with its sessions, read now."""
         options, factory = self.options, self.factory
-        born = [session for ref in self.born if (session := ref()) is not None] if self.born else ()
-        sessions, searched, unreached = (
-            (_named(model, born), (), ())
-            if born  # no search: the sessions born in the load are its sessions
-            else find_sessions(model, options.session_attr, factory)
-        )
+        if self.said is None:  # read once, then let go of the call: a method's `self` is in it
+            self.said = said_devices(self, model)
+            self.factory = factory = getattr(factory, "__func__", factory)  # unbound
+            self.args, self.kwargs = (), {}
+        sessions, searched, unreached = self._sessions(model)
         used = self.made_with or options.settings.over(current_policy())  # a bad variable raises
         if unreached:
             _unreached(model, factory, unreached, used.resolution_mode == "fail" and not sessions)
@@ -135,11 +138,11 @@ class Load:
             self._wait(model, searched)
             return None
         attribute = find_device_attribute(model, options.device_attr, factory)
-        asked, devices, asking, dropped = self._devices(model, sessions, attribute)
+        devices, asking, dropped = self._devices(model, sessions, attribute)
         if not devices:
             return None  # sessions that asked for the CPU only, and no device anywhere
         if options.follow and self.made_with is None:  # a change is not followed again
-            self.made_with, self.asked = used, asked
+            self.made_with = used
             watch(model, sessions, self.changed, key=id(options), origin=self.origin)
 
         def note() -> str:  # written only when a message needs it
@@ -153,12 +156,11 @@ class Load:
         heard = bool(dropped) and all(birth.reported for birth in dropped)
         for birth in dropped:
             birth.reported = True
+        kept = attribute is not None and devices[-1][0] == aligned  # the attribute's own, checked
         outcome = (
-            ""
-            if attribute is None or devices[-1][0] == aligned  # the attribute's own, checked
-            else _write_back(model, factory, attribute, aligned)
+            "" if attribute is None or kept else _write_back(model, factory, attribute, aligned)
         )
-        warn = used.warn and not heard
+        warn = used.warn and not heard and not (followed and kept)  # a change it survives: DEBUG
         if warn or logger.isEnabledFor(logging.DEBUG):  # else nothing is said
             details = Details(
                 applied=attribute is not None and not outcome,
@@ -171,20 +173,36 @@ class Load:
             report_fallback(report, warn, details)
         return aligned
 
+    def _sessions(self, model: object) -> Found:
+        """The sessions born in the load, else those on the model; refuses a non-model."""
+        options = self.options
+        born = [session for ref in self.born if (session := ref()) is not None] if self.born else ()
+        found = (  # no search: the sessions born in the load are its sessions
+            (_named(model, born), (), ())
+            if born
+            else find_sessions(model, options.session_attr, self.factory)
+        )
+        refuse = (born or not found[0]) and options.require_session is not False
+        if refuse and _never_holds_one(model):
+            raise _unusable(model, self.factory, _NEVER_HOLDS_ONE)
+        return found
+
     def _devices(
         self,
         model: object,
         sessions: Sessions,
         attribute: DeviceAttribute | None,
-    ) -> tuple[Asked, Asked, Sessions, list[Birth]]:
-        """The devices asked for and all to check; the sessions asking a GPU, and those dropped."""
+    ) -> tuple[Asked, Sessions, list[Birth]]:
+        """The devices to check; the sessions that asked a GPU, and those it was dropped for."""
         births = [birth_of(session) for _, session in sessions]
         recorded = any(births)
-        asked = self.asked
-        if asked is None:
-            strict = attribute is None and not recorded
-            asked = asked_devices(self, model, strict=strict)
-        devices = list(asked)
+        devices: Asked = []
+        for value, source in self.said or ():
+            device = _as_asked(
+                value, source, model, self.factory, attribute is None and not recorded
+            )
+            if device is not None:
+                devices.append((device, source))
         asking: Sessions = []
         for pair, birth in zip(sessions, births, strict=True) if recorded else ():
             if birth is not None and birth.asked:
@@ -200,17 +218,11 @@ class Load:
         elif not devices and not recorded:
             raise _no_device(model, self.factory)
         dropped = [b for b in births if b is not None and b.dropped] if recorded else []
-        return asked, devices, asking, dropped
+        return devices, asking, dropped
 
     def _wait(self, model: object, searched: tuple[str, ...]) -> None:
         """Leave a model without a session to be checked when its sessions are born."""
         options, factory = self.options, self.factory
-        if _never_holds_one(model) and options.require_session is not False:
-            raise _unusable(
-                model,
-                factory,
-                ", which can never hold an onnxruntime session. Return the model object itself.",
-            )
         explicit = options.session_attr is not None
         if options.require_session or (options.require_session is None and explicit):
             raise _no_session(model, factory, options, searched)
@@ -281,13 +293,21 @@ def _packages(factory: object | None) -> tuple[str, ...]:
     return (module.partition(".")[0],) if isinstance(module, str) else ()
 
 
+_NEVER_HOLDS_ONE = ", which can never hold an onnxruntime session. Return the model object itself."
+_NEVER: tuple[type, ...] = (
+    tuple,
+    str,
+    bytes,
+    int,
+    float,
+    types.GeneratorType,
+    types.AsyncGeneratorType,
+)
+
+
 def _never_holds_one(model: object) -> bool:
-    """Whether a factory's result can never open a session of its own later."""
-    return (
-        model is None
-        or inspect.isawaitable(model)
-        or isinstance(model, tuple | str | bytes | int | float)
-    )
+    """Whether a factory's result can never hold a session, now or later."""
+    return model is None or isinstance(model, _NEVER) or inspect.isawaitable(model)
 
 
 def _unreached(
@@ -425,12 +445,8 @@ Asked = list[tuple[torch.device, str]]
 """Devices asked for, each with where it came from, in the order they are checked."""
 
 
-def asked_devices(load: Load, model: object, *, strict: bool) -> Asked:
-    """The `device=` option when given, else the call's `device` argument (`None` skipped).
-
-    Not `strict` (something else explains the model), a value that is no
-    device (a package's own `"auto"`) is left to the package.
-    """
+def said_devices(load: Load, model: object) -> list[tuple[object, str]]:
+    """The `device=` option when given, else the call's `device` argument (`None` skipped)."""
     option, factory = load.options.device, load.factory
     if isinstance(option, torch.device):
         return [(option, "the device= option")]
@@ -444,9 +460,7 @@ def asked_devices(load: Load, model: object, *, strict: bool) -> Asked:
     if callable(option):
         return [_from_callable(option, call_arguments(load, model), model, factory)]
     value = load.device_argument()
-    source = "the call's device argument"
-    device = None if value is None else _as_asked(value, source, model, factory, strict)
-    return [] if device is None else [(device, source)]
+    return [] if value is None else [(value, "the call's device argument")]
 
 
 def _from_callable(
@@ -475,7 +489,11 @@ def _from_callable(
 def _as_asked(
     value: object, source: str, model: object, factory: object, strict: bool
 ) -> torch.device | None:
-    """`value` as a device, or (when not `strict`) `None` for a value that is no device."""
+    """`value` as a device, or (when not `strict`) `None` for a value that is no device.
+
+    Not `strict` (something else explains the model), a value that is no
+    device (a package's own `"auto"`) is left to the package.
+    """
     try:
         return as_device(value, "device")
     except ModelInputError as error:
