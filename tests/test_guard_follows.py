@@ -480,9 +480,9 @@ class TestLifetimes:
 
     def test_a_patched_method_returning_self_is_freed(self, module: types.ModuleType) -> None:
         """The same through `patch`, whose wrapper hands the guard a bound method."""
-        module.Detector.load = lambda self, device="cpu": self  # type: ignore[attr-defined]
+        module.Detector.load = lambda self, device="cpu": self
         with patch(f"{module.__name__}:Detector.load"):
-            model = module.Detector(real_session(), "cpu").load()  # type: ignore[attr-defined]
+            model = module.Detector(real_session(), "cpu").load()
             gone = weakref.ref(model)
             del model
             gc.collect()
