@@ -184,8 +184,10 @@ def _may_be_session(value: object) -> bool:
 
 def where(model: object, name: str, value: object) -> tuple[str, object]:
     """The path of `model.<name>` and its holder: the model, or an inner object it forwards."""
-    cls = type(model)
-    if not hasattr(cls, "__getattr__") and cls.__getattribute__ is object.__getattribute__:
+    # Looked up on the model, not its class: a class's missing attribute costs Python 3.11 an error.
+    if type(model).__getattribute__ is object.__getattribute__ and (
+        getattr(model, "__getattr__", None) is None
+    ):
         return name, model  # nothing forwards: the attribute is the model's own
     with contextlib.suppress(AttributeError):
         inspect.getattr_static(model, name)
