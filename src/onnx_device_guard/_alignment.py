@@ -216,9 +216,7 @@ def plan_alignment(
         mismatches.append(mismatch)
     if not mismatches:
         return aligned, None
-    at_fault = tuple(
-        name for name, session in sessions if several and find_mismatch(session, aligned)
-    )
+    at_fault = [name for name, one in sessions if find_mismatch(one, aligned)] if several else []
     if not at_fault:
         return aligned, Fallback(requested, aligned, tuple(mismatches))
     if any(find_mismatch(session, fallback) for _, session in sessions):
@@ -230,10 +228,10 @@ def plan_alignment(
             "'cpu').",
             help_url=_DISAGREE_HELP,
         )
-    return fallback, Fallback(requested, fallback, tuple(mismatches), at_fault)
+    return fallback, Fallback(requested, fallback, tuple(mismatches), tuple(at_fault))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Fallback:
     """A mismatch that `"fallback"` mode resolved, kept until it is reported."""
 

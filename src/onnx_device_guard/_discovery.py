@@ -305,14 +305,10 @@ def instance_attributes(owner: object) -> list[tuple[str, object]]:
         cls = type(owner)
         dict_descriptor, slots = _layout(cls)
         values: list[tuple[str, object]] = []
-        if dict_descriptor is not None:
-            namespace = dict_descriptor.__get__(owner, cls)
-            if isinstance(namespace, dict):
-                values.extend(
-                    (name, value)
-                    for name, value in itertools.islice(dict.items(namespace), MAX_ATTRIBUTES)
-                    if isinstance(name, str)
-                )
+        namespace = None if dict_descriptor is None else dict_descriptor.__get__(owner, cls)
+        if isinstance(namespace, dict):
+            items = itertools.islice(dict.items(namespace), MAX_ATTRIBUTES)
+            values = [item for item in items if isinstance(item[0], str)]
         for name, descriptor in slots:
             try:
                 values.append((name, descriptor.__get__(owner, cls)))
@@ -325,21 +321,19 @@ def instance_attributes(owner: object) -> list[tuple[str, object]]:
 
 def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     """Where a class's instances keep their attributes, read off the class's own namespace."""
-    dict_descriptor = None
-    for klass in cls.__mro__:
-        descriptor = klass.__dict__.get("__dict__")
-        if descriptor is not None:
-            # A getset for Python classes; a member for some C types (SimpleNamespace).
-            if isinstance(descriptor, types.GetSetDescriptorType | types.MemberDescriptorType):
-                dict_descriptor = descriptor
-            break
+    dict_descriptor: Any = MISSING  # until the first class that names `__dict__`
     slots: list[tuple[str, Any]] = []
-    for klass in cls.__mro__:
-        names = klass.__dict__.get("__slots__", ())
+    for klass in cls.__mro__[:-1]:  # `object` has neither
+        namespace = klass.__dict__
+        if dict_descriptor is MISSING and "__dict__" in namespace:
+            # A getset for Python classes; a member for some C types (SimpleNamespace).
+            dict_descriptor = namespace["__dict__"]
+        names = namespace.get("__slots__", ())
         for name in (names,) if isinstance(names, str) else names:
-            descriptor = klass.__dict__.get(name)
-            if isinstance(descriptor, types.MemberDescriptorType):
+            if isinstance(descriptor := namespace.get(name), types.MemberDescriptorType):
                 slots.append((name, descriptor))
+    if not isinstance(dict_descriptor, types.GetSetDescriptorType | types.MemberDescriptorType):
+        dict_descriptor = None
     return dict_descriptor, tuple(slots)
 
 
