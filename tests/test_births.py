@@ -6,6 +6,7 @@ the CPU, without an error: the very drop the library exists for.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import importlib
 import itertools
@@ -597,6 +598,32 @@ class TestWhoOwnsABirth:
             pytest.raises(EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"),
         ):
             load()
+
+    def test_a_task_the_load_started_reports_to_the_watch_after_the_load(self) -> None:
+        """A session a load's task opens once the load has returned is the watch's to check."""
+
+        class Warming:
+            def __init__(self) -> None:
+                self.device, self.session = "cuda", None
+                self.warming: asyncio.Task[Any] | None = None
+
+        async def open_later() -> Any:
+            await asyncio.sleep(0)  # the load has returned by now
+            return session()
+
+        @device_guard
+        async def load() -> Any:
+            model = Warming()
+            model.warming = asyncio.create_task(open_later())  # copies the load's context
+            return model
+
+        async def main() -> None:
+            with watch_sessions(resolution_mode="fail"):
+                model = await load()
+                with pytest.raises(EnvironmentConfigurationError, match="dropped CUDA"):
+                    await model.warming
+
+        asyncio.run(main())
 
     def test_sessions_born_in_new_are_the_loads(self) -> None:
         """A guarded class whose __new__ returns another type is checked on its sessions."""

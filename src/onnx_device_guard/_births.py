@@ -91,9 +91,16 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
 
     def __exit__(self, *exc_info: object) -> None:
         _LOAD.reset(self._token)
-        self.frame = None
-        if self._outer is not None:
-            self._outer.born.extend(self.born)
+        self.frame = None  # finished: a task it started still sees it, and `_open` skips it
+        if (outer := _open(self._outer)) is not None:
+            outer.born.extend(self.born)
+
+
+def _open(load: collecting | None) -> collecting | None:
+    """`load`, or the nearest of its outer loads still open (a task may outlive its load)."""
+    while load is not None and load.frame is None:
+        load = load._outer
+    return load
 
 
 _PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object]]] = {}
@@ -125,7 +132,7 @@ def _forget(
 
 def unclaimed(sessions: list[object]) -> None:
     """Sessions a load collected but does not own: an outer load has them, else the watch."""
-    if _LOAD.get() is None and _WATCHES:
+    if _WATCHES and _open(_LOAD.get()) is None:
         for birth in filter(None, map(birth_of, sessions)):
             if birth.dropped and not birth.reported:
                 report_birth(birth, _WATCHES[0]._settings)
@@ -346,7 +353,7 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     except Exception as error:  # an odd subclass: its constructor's result stands
         logger.debug("Could not read what %s was asked for: %r", short_repr(session), error)
         return
-    load = _LOAD.get()
+    load = _open(_LOAD.get())
     owner = _pending_owner(load) if _PENDING else None  # a `self` it is opened in, nearer
     if owner is not None:
         model, check = owner
