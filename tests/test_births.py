@@ -498,6 +498,65 @@ class TestHooksComeOff:
         )
         assert done.stdout.strip() == "unhooked", done.stderr
 
+    def test_an_undo_elsewhere_waits_for_the_loads_in_flight(self) -> None:
+        """An undo in another task or thread leaves the hooks to the loads in flight."""
+        script = textwrap.dedent(
+            """
+            import asyncio, sys, threading, types, warnings
+            import onnxruntime
+            from onnx_device_guard import device_guard, example_model, patch, watch_sessions
+            warnings.simplefilter("ignore")
+            init = vars(onnxruntime.InferenceSession)["__init__"]
+            class Model:  # its session where only its birth record finds it
+                def __init__(self):
+                    made = onnxruntime.InferenceSession(
+                        example_model(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"]
+                    )
+                    deep = types.SimpleNamespace(c=types.SimpleNamespace(s=made))
+                    self.device, self.a = "cuda", types.SimpleNamespace(b=deep)
+            @device_guard(follow=False)
+            async def load():
+                await asyncio.sleep(0.05)
+                return Model()
+            async def ends_a_watch():
+                with watch_sessions(warn=False):
+                    await asyncio.sleep(0.01)
+            async def main():
+                return await asyncio.gather(load(), ends_a_watch())
+            model, _ = asyncio.run(main())
+            assert model.device == "cpu", model.device
+            assert vars(onnxruntime.InferenceSession)["__init__"] is init
+            sys.modules["undone_pkg"] = module = types.ModuleType("undone_pkg")
+            module.load = lambda: None
+            started, go, made = threading.Event(), threading.Event(), []
+            @device_guard(follow=False)
+            def load_in_a_thread():
+                started.set()
+                go.wait(10)
+                return Model()
+            handle = patch("undone_pkg:load")
+            thread = threading.Thread(target=lambda: made.append(load_in_a_thread()))
+            thread.start()
+            started.wait(10)
+            handle.undo()
+            go.set()
+            thread.join(10)
+            assert made[0].device == "cpu", made[0].device
+            assert vars(onnxruntime.InferenceSession)["__init__"] is init
+            @device_guard
+            def load_following():
+                with watch_sessions(warn=False):
+                    return Model()
+            following = load_following()  # ended its watch, then follows its session
+            assert vars(onnxruntime.InferenceSession)["__init__"] is not init
+            print("aligned and unhooked")
+            """
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=False
+        )
+        assert done.stdout.strip() == "aligned and unhooked", done.stderr
+
 
 class TestWhoOwnsABirth:
     """Each session born reaches the one that must check it: no session is missed."""

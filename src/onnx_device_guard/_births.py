@@ -83,6 +83,8 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
     __slots__ = ("_outer", "_token", "born", "frame")
 
     def __enter__(self) -> list[object]:
+        _LOADS.append(None)  # before `use`: an unhook from now on waits for this load
+        use(permanent=True)
         self.born: list[object] = []
         self.frame: types.FrameType | None = sys._getframe(1)  # the load's, for _pending_owner
         self._outer = _LOAD.get()
@@ -90,10 +92,13 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         return self.born
 
     def __exit__(self, *exc_info: object) -> None:
+        _LOADS.pop()
         _LOAD.reset(self._token)
         self.frame = None  # finished: a task it started still sees it, and `_open` skips it
         if (outer := _open(self._outer)) is not None:
             outer.born.extend(self.born)
+        if exc_info[1] is not None:  # no model to align
+            settle()
 
 
 def _open(load: collecting | None) -> collecting | None:
@@ -264,6 +269,8 @@ def watch_sessions(
 # --- the hooks on onnxruntime ------------------------------------------------
 
 _LOCK = threading.RLock()
+_LOADS: list[None] = []
+"""One entry per guarded load in flight, in any thread or task (append and pop are atomic)."""
 _users = 0
 """How many watches and patches need the hooks."""
 _permanent = False
@@ -299,12 +306,20 @@ def release() -> None:
         _unhook_if_unused()
 
 
+def settle() -> None:
+    """A load has aligned its model: the last one in flight unhooks if an undo waited for it."""
+    if not _LOADS and not _permanent:
+        _unhook_if_unused()
+
+
 def _unhook_if_unused() -> None:
     global _permanent
     with _LOCK:
-        if _users > 0 or _PENDING or _LOAD.get() is not None or following():
+        if _users > 0 or _PENDING or following():
             return  # following(): a guarded model still follows its sessions
         _permanent = False
+        if _LOADS:  # in flight anywhere: the last one unhooks in `settle`, once aligned
+            return
         import wrapt
 
         while _hooks:
@@ -320,7 +335,7 @@ def _install(onnxruntime: Any) -> None:
 
     with _LOCK:
         _waiting_for_import = False
-        if _hooks or not (_users or _permanent):
+        if _hooks or not (_users or _permanent or _LOADS):
             return
         session_class = onnxruntime.InferenceSession
         options_class: Any = getattr(onnxruntime, "SessionOptions", None)
