@@ -112,6 +112,40 @@ class TestWatch:
             Mine(example_model())
         assert len(fallbacks(caught)) == 1
 
+    def test_a_subclass_whose_get_providers_needs_its_own_init_is_checked(self) -> None:
+        """What a session got is read with onnxruntime's get_providers, not the subclass's."""
+
+        class Tagged(onnxruntime.InferenceSession):  # type: ignore[misc]
+            def __init__(self, path: str) -> None:
+                super().__init__(path, providers=CUDA)
+                self.tag = "ocr"
+
+            def get_providers(self) -> list[str]:
+                return list(super().get_providers()) if self.tag else []
+
+        with (
+            watch_sessions(resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"),
+        ):
+            quietly(Tagged, example_model())
+
+    def test_a_birth_that_cannot_be_read_is_said_not_checked(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A session whose providers cannot be read at birth gets a WARNING naming its class."""
+
+        def unreadable(self: object) -> list[str]:
+            raise RuntimeError("no providers yet")
+
+        monkeypatch.setattr(onnxruntime.InferenceSession, "get_providers", unreadable)
+        with recorded_logs() as records, watch_sessions(resolution_mode="fail"):
+            made = session()
+        assert birth_of(made) is None
+        (record,) = [r for r in records if r.levelname == "WARNING"]
+        assert "InferenceSession" in record.getMessage()
+        assert "not checked" in record.getMessage()
+        assert "no providers yet" in record.getMessage()
+
     def test_session_options_providers_are_what_was_asked(self, monkeypatch: Any) -> None:
         """Providers added to SessionOptions count when providers= is not given."""
         with watch_sessions(warn=False):

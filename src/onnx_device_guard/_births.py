@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import EnvironmentConfigurationError
 from ._follow import following, on_set_providers
-from ._messages import logger, short_repr
+from ._messages import error_text, logger, short_repr
 from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, parse_device_id
 
 if TYPE_CHECKING:
@@ -275,8 +275,8 @@ _users = 0
 """How many watches and patches need the hooks."""
 _permanent = False
 """Whether a guarded load or a pending model needs them until the last `release()`."""
-_hooks: list[tuple[type, str, Any]] = []
-"""The hooks in place: (class, attribute, the wrapper put there)."""
+_hooks: list[tuple[Any, str, Any]] = []
+"""The hooks in place: (class, attribute, the wrapper put there); `InferenceSession`'s first."""
 _waiting_for_import = False
 
 
@@ -365,8 +365,14 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
         birth, key = _record(session, args, kwargs), id(session)
         end = functools.partial(_RECORDS.pop, key)  # called as pop(key, <the reference>)
         _RECORDS[key] = (weakref.ref(session, end), birth)
-    except Exception as error:  # an odd subclass: its constructor's result stands
-        logger.debug("Could not read what %s was asked for: %r", short_repr(session), error)
+    except Exception as error:  # its constructor's result stands, unchecked: say so
+        logger.warning(
+            "Could not read what this %s was asked for or runs (%s), so it is not checked: "
+            "a GPU provider onnxruntime dropped goes unreported. Check its model with "
+            "realign(model) once it is built.",
+            type(session).__qualname__,
+            error_text(error),
+        )
         return
     load = _open(_LOAD.get())
     owner = _pending_owner(load) if _PENDING else None  # a `self` it is opened in, nearer
@@ -399,7 +405,7 @@ def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birt
         file = f"<a model of {len(source)} bytes>"
     else:  # escaped where it is shown
         file = str(os.fspath(source)) if source is not None else "<no model>"
-    got = tuple(session.get_providers())
+    got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
     return Birth(file, tuple(name for name, _ in gpu), device_id or 0, got)
 
 
