@@ -395,6 +395,17 @@ class TestPatchAlone:
             with pytest.raises(EnvironmentConfigurationError, match="opened after the load"):
                 quietly(model.embed)
 
+    def test_after_undo_a_model_left_waiting_is_the_watchs(
+        self, package: types.ModuleType, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """undo() ends the patch's wait: the session opened later is the watch's to report."""
+        with watch_sessions():
+            with patch(f"{package.__name__}:load_lazy"):
+                model = package.load_lazy(example_model())
+            quietly(model.embed)
+        (text,) = fallbacks(caught)
+        assert text.startswith("onnxruntime dropped CUDAExecutionProvider")
+
     def test_undo_leaves_no_class_changed(self, package: types.ModuleType) -> None:
         """Sessions opened later need no method rewriting: the class is untouched."""
         before = dict(vars(package.Lazy))
@@ -507,23 +518,52 @@ class TestRunSeesOnlyInterpreterOptions:
 
 class TestHooksComeOff:
     def test_the_last_waiting_model_collected_unhooks_onnxruntime(self) -> None:
-        """A lazy model alive at undo() keeps the hooks; once it is collected they come off."""
+        """A guarded lazy model keeps the hooks while alive; once it is collected they come off."""
         script = textwrap.dedent(
             """
-            import gc, sys, types, onnxruntime
-            from onnx_device_guard import patch
+            import gc, onnxruntime
+            from onnx_device_guard import device_guard
             class Lazy:
                 def __init__(self):
                     self.device, self.session = "cuda", None
+            init = vars(onnxruntime.InferenceSession)["__init__"]
+            model = device_guard(lambda: Lazy())()
+            assert vars(onnxruntime.InferenceSession)["__init__"] is not init
+            del model
+            gc.collect()
+            assert vars(onnxruntime.InferenceSession)["__init__"] is init
+            print("unhooked")
+            """
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=False
+        )
+        assert done.stdout.strip() == "unhooked", done.stderr
+
+    def test_undo_ends_the_wait_of_the_models_the_patch_guarded(self) -> None:
+        """undo() unhooks at once; a model it left waiting is not checked after it."""
+        script = textwrap.dedent(
+            """
+            import sys, types, warnings, onnxruntime
+            from onnx_device_guard import DeviceFallbackWarning, example_model, patch
+            class Lazy:
+                def __init__(self):
+                    self.device, self.session = "cuda", None
+                def open(self):
+                    self.session = onnxruntime.InferenceSession(
+                        example_model(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"]
+                    )
             sys.modules["lazy_pkg"] = module = types.ModuleType("lazy_pkg")
             module.Lazy = Lazy
             init = vars(onnxruntime.InferenceSession)["__init__"]
             with patch("lazy_pkg:Lazy"):
                 model = module.Lazy()
-            assert vars(onnxruntime.InferenceSession)["__init__"] is not init
-            del model
-            gc.collect()
             assert vars(onnxruntime.InferenceSession)["__init__"] is init
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                model.open()
+            assert model.device == "cuda", model.device
+            assert not [w for w in caught if w.category is DeviceFallbackWarning], caught
             print("unhooked")
             """
         )

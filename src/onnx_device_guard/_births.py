@@ -135,6 +135,14 @@ def _forget(
         _unhook_if_unused()
 
 
+def stop_waiting(origin: object) -> None:
+    """Forget the models a patch (`origin`, its checks' `Load.origin`) left waiting; may unhook."""
+    for key, (_, check) in list(_PENDING.items()):
+        if getattr(getattr(check, "__self__", None), "origin", None) is origin:
+            _PENDING.pop(key, None)
+    _unhook_if_unused()
+
+
 def unclaimed(sessions: list[object]) -> None:
     """Sessions a load collected but does not own: an outer load has them, else the watch."""
     if _WATCHES and _open(_LOAD.get()) is None:
