@@ -28,6 +28,7 @@ from onnx_device_guard import (
     DeviceFallbackWarning,
     DeviceGuardError,
     EnvironmentConfigurationError,
+    align_device_with_onnx_session,
     device_guard,
     example_model,
     patch,
@@ -83,6 +84,18 @@ class TestWatch:
             pytest.raises(EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"),
         ):
             session()
+
+    def test_a_fallback_device_the_session_cannot_read_raises_as_in_the_core(self) -> None:
+        """fallback_device='cuda:0' for a session on the CPU raises, in the core's words."""
+        with pytest.raises(EnvironmentConfigurationError) as core:
+            align_device_with_onnx_session(session(CPU), "cuda", fallback_device="cuda:0")
+        with (
+            watch_sessions(fallback_device="cuda:0"),
+            pytest.raises(EnvironmentConfigurationError) as watched,
+        ):
+            session()
+        assert watched.value.message == core.value.message
+        assert "cannot read the fallback device 'cuda:0'" in watched.value.message
 
     def test_a_session_that_asked_for_the_cpu_is_not_reported(
         self, caught: list[warnings.WarningMessage]

@@ -57,6 +57,10 @@ class Birth:
         """Whether it asked for a GPU and runs none of the GPU providers it asked for."""
         return bool(self.asked) and not any(name in self.got for name in self.asked)
 
+    def get_providers(self) -> list[str]:
+        """What it got: a birth stands for its session where the core checks a device."""
+        return list(self.got)
+
 
 _RECORDS: dict[int, tuple[weakref.ref[Any], Birth]] = {}
 """The birth of each observed session alive, by id: a weak reference to it, whose end drops it."""
@@ -441,7 +445,7 @@ def why_dropped(provider: str) -> str:
 
 def report_birth(birth: Birth, settings: Settings | None) -> None:
     """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`."""
-    from ._alignment import warn_at_caller
+    from ._alignment import plan_alignment, warn_at_caller
     from ._options import Settings
     from ._policy import current_policy
 
@@ -455,7 +459,8 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
     birth.reported = True
     if used.resolution_mode == "fail":
         raise EnvironmentConfigurationError(problem)  # its help: no data transfer registered
-    fallback = str(used.fallback_device)
+    # The core's check: a fallback device the session cannot read either raises, in its words.
+    fallback = str(plan_alignment([("", birth)], used.fallback_device, used)[0])
     text = f"{problem} Its tensors belong on {fallback!r}."
     if used.warn:
         warn_at_caller(text)
