@@ -3,7 +3,7 @@
 While anything needs them, `InferenceSession.__init__` and `set_providers` and
 `SessionOptions.add_provider` are wrapped on the class, and put back by
 identity once nothing does. Each session born then gets a `Birth` and goes to
-the first that owns it: the guarded load in this context (`collecting`), a
+the first that owns it: the guarded load open in this context (`collecting`), a
 guarded model waiting for its sessions among the callers' first arguments
 (`await_births`), or a `watch_sessions` in force. Torch is imported only to
 report a fallback.
@@ -143,8 +143,7 @@ def stop_waiting(origin: object) -> None:
     """Forget the models a patch (`origin`, its checks' `Load.origin`) left waiting; may unhook."""
     for key, (_, check) in list(_PENDING.items()):
         if getattr(getattr(check, "__self__", None), "origin", None) is origin:
-            _PENDING.pop(key, None)
-    _unhook_if_unused()
+            _forget(_PENDING, key, None)
 
 
 def unclaimed(sessions: list[object]) -> None:
@@ -379,11 +378,9 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
         _RECORDS[key] = (weakref.ref(session, end), birth)
     except Exception as error:  # its constructor's result stands, unchecked: say so
         logger.warning(
-            "Could not read what this %s was asked for or runs (%s), so it is not checked: "
-            "a GPU provider onnxruntime dropped goes unreported. Check its model with "
-            "realign(model) once it is built.",
-            type(session).__qualname__,
-            error_text(error),
+            f"Could not read what this {type(session).__qualname__} was asked for or runs "
+            f"({error_text(error)}), so it is not checked: a GPU provider onnxruntime dropped "
+            "goes unreported. Check its model with realign(model) once it is built."
         )
         return
     load = _open(_LOAD.get())
