@@ -6,6 +6,7 @@ the CPU, without an error: the very drop the library exists for.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import importlib
 import itertools
@@ -27,6 +28,7 @@ from onnx_device_guard import (
     DeviceFallbackWarning,
     DeviceGuardError,
     EnvironmentConfigurationError,
+    align_device_with_onnx_session,
     device_guard,
     example_model,
     patch,
@@ -83,6 +85,18 @@ class TestWatch:
         ):
             session()
 
+    def test_a_fallback_device_the_session_cannot_read_raises_as_in_the_core(self) -> None:
+        """fallback_device='cuda:0' for a session on the CPU raises, in the core's words."""
+        with pytest.raises(EnvironmentConfigurationError) as core:
+            align_device_with_onnx_session(session(CPU), "cuda", fallback_device="cuda:0")
+        with (
+            watch_sessions(fallback_device="cuda:0"),
+            pytest.raises(EnvironmentConfigurationError) as watched,
+        ):
+            session()
+        assert watched.value.message == core.value.message
+        assert "cannot read the fallback device 'cuda:0'" in watched.value.message
+
     def test_a_session_that_asked_for_the_cpu_is_not_reported(
         self, caught: list[warnings.WarningMessage]
     ) -> None:
@@ -110,6 +124,40 @@ class TestWatch:
             warnings.filterwarnings("ignore", "Specified provider", UserWarning)
             Mine(example_model())
         assert len(fallbacks(caught)) == 1
+
+    def test_a_subclass_whose_get_providers_needs_its_own_init_is_checked(self) -> None:
+        """What a session got is read with onnxruntime's get_providers, not the subclass's."""
+
+        class Tagged(onnxruntime.InferenceSession):  # type: ignore[misc]
+            def __init__(self, path: str) -> None:
+                super().__init__(path, providers=CUDA)
+                self.tag = "ocr"
+
+            def get_providers(self) -> list[str]:
+                return list(super().get_providers()) if self.tag else []
+
+        with (
+            watch_sessions(resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"),
+        ):
+            quietly(Tagged, example_model())
+
+    def test_a_birth_that_cannot_be_read_is_said_not_checked(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A session whose providers cannot be read at birth gets a WARNING naming its class."""
+
+        def unreadable(self: object) -> list[str]:
+            raise RuntimeError("no providers yet")
+
+        monkeypatch.setattr(onnxruntime.InferenceSession, "get_providers", unreadable)
+        with recorded_logs() as records, watch_sessions(resolution_mode="fail"):
+            made = session()
+        assert birth_of(made) is None
+        (record,) = [r for r in records if r.levelname == "WARNING"]
+        assert "InferenceSession" in record.getMessage()
+        assert "not checked" in record.getMessage()
+        assert "no providers yet" in record.getMessage()
 
     def test_session_options_providers_are_what_was_asked(self, monkeypatch: Any) -> None:
         """Providers added to SessionOptions count when providers= is not given."""
@@ -360,6 +408,17 @@ class TestPatchAlone:
             with pytest.raises(EnvironmentConfigurationError, match="opened after the load"):
                 quietly(model.embed)
 
+    def test_after_undo_a_model_left_waiting_is_the_watchs(
+        self, package: types.ModuleType, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """undo() ends the patch's wait: the session opened later is the watch's to report."""
+        with watch_sessions():
+            with patch(f"{package.__name__}:load_lazy"):
+                model = package.load_lazy(example_model())
+            quietly(model.embed)
+        (text,) = fallbacks(caught)
+        assert text.startswith("onnxruntime dropped CUDAExecutionProvider")
+
     def test_undo_leaves_no_class_changed(self, package: types.ModuleType) -> None:
         """Sessions opened later need no method rewriting: the class is untouched."""
         before = dict(vars(package.Lazy))
@@ -485,19 +544,16 @@ class TestRunSeesOnlyInterpreterOptions:
 
 class TestHooksComeOff:
     def test_the_last_waiting_model_collected_unhooks_onnxruntime(self) -> None:
-        """A lazy model alive at undo() keeps the hooks; once it is collected they come off."""
+        """A guarded lazy model keeps the hooks while alive; once it is collected they come off."""
         script = textwrap.dedent(
             """
-            import gc, sys, types, onnxruntime
-            from onnx_device_guard import patch
+            import gc, onnxruntime
+            from onnx_device_guard import device_guard
             class Lazy:
                 def __init__(self):
                     self.device, self.session = "cuda", None
-            sys.modules["lazy_pkg"] = module = types.ModuleType("lazy_pkg")
-            module.Lazy = Lazy
             init = vars(onnxruntime.InferenceSession)["__init__"]
-            with patch("lazy_pkg:Lazy"):
-                model = module.Lazy()
+            model = device_guard(lambda: Lazy())()
             assert vars(onnxruntime.InferenceSession)["__init__"] is not init
             del model
             gc.collect()
@@ -509,6 +565,97 @@ class TestHooksComeOff:
             [sys.executable, "-c", script], capture_output=True, text=True, check=False
         )
         assert done.stdout.strip() == "unhooked", done.stderr
+
+    def test_undo_ends_the_wait_of_the_models_the_patch_guarded(self) -> None:
+        """undo() unhooks at once; a model it left waiting is not checked after it."""
+        script = textwrap.dedent(
+            """
+            import sys, types, warnings, onnxruntime
+            from onnx_device_guard import DeviceFallbackWarning, example_model, patch
+            class Lazy:
+                def __init__(self):
+                    self.device, self.session = "cuda", None
+                def open(self):
+                    self.session = onnxruntime.InferenceSession(
+                        example_model(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"]
+                    )
+            sys.modules["lazy_pkg"] = module = types.ModuleType("lazy_pkg")
+            module.Lazy = Lazy
+            init = vars(onnxruntime.InferenceSession)["__init__"]
+            with patch("lazy_pkg:Lazy"):
+                model = module.Lazy()
+            assert vars(onnxruntime.InferenceSession)["__init__"] is init
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                model.open()
+            assert model.device == "cuda", model.device
+            assert not [w for w in caught if w.category is DeviceFallbackWarning], caught
+            print("unhooked")
+            """
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=False
+        )
+        assert done.stdout.strip() == "unhooked", done.stderr
+
+    def test_an_undo_elsewhere_waits_for_the_loads_in_flight(self) -> None:
+        """An undo in another task or thread leaves the hooks to the loads in flight."""
+        script = textwrap.dedent(
+            """
+            import asyncio, sys, threading, types, warnings
+            import onnxruntime
+            from onnx_device_guard import device_guard, example_model, patch, watch_sessions
+            warnings.simplefilter("ignore")
+            init = vars(onnxruntime.InferenceSession)["__init__"]
+            class Model:  # its session where only its birth record finds it
+                def __init__(self):
+                    made = onnxruntime.InferenceSession(
+                        example_model(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"]
+                    )
+                    deep = types.SimpleNamespace(c=types.SimpleNamespace(s=made))
+                    self.device, self.a = "cuda", types.SimpleNamespace(b=deep)
+            @device_guard(follow=False)
+            async def load():
+                await asyncio.sleep(0.05)
+                return Model()
+            async def ends_a_watch():
+                with watch_sessions(warn=False):
+                    await asyncio.sleep(0.01)
+            async def main():
+                return await asyncio.gather(load(), ends_a_watch())
+            model, _ = asyncio.run(main())
+            assert model.device == "cpu", model.device
+            assert vars(onnxruntime.InferenceSession)["__init__"] is init
+            sys.modules["undone_pkg"] = module = types.ModuleType("undone_pkg")
+            module.load = lambda: None
+            started, go, made = threading.Event(), threading.Event(), []
+            @device_guard(follow=False)
+            def load_in_a_thread():
+                started.set()
+                go.wait(10)
+                return Model()
+            handle = patch("undone_pkg:load")
+            thread = threading.Thread(target=lambda: made.append(load_in_a_thread()))
+            thread.start()
+            started.wait(10)
+            handle.undo()
+            go.set()
+            thread.join(10)
+            assert made[0].device == "cpu", made[0].device
+            assert vars(onnxruntime.InferenceSession)["__init__"] is init
+            @device_guard
+            def load_following():
+                with watch_sessions(warn=False):
+                    return Model()
+            following = load_following()  # ended its watch, then follows its session
+            assert vars(onnxruntime.InferenceSession)["__init__"] is not init
+            print("aligned and unhooked")
+            """
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=False
+        )
+        assert done.stdout.strip() == "aligned and unhooked", done.stderr
 
 
 class TestWhoOwnsABirth:
@@ -610,6 +757,32 @@ class TestWhoOwnsABirth:
             pytest.raises(EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"),
         ):
             load()
+
+    def test_a_task_the_load_started_reports_to_the_watch_after_the_load(self) -> None:
+        """A session a load's task opens once the load has returned is the watch's to check."""
+
+        class Warming:
+            def __init__(self) -> None:
+                self.device, self.session = "cuda", None
+                self.warming: asyncio.Task[Any] | None = None
+
+        async def open_later() -> Any:
+            await asyncio.sleep(0)  # the load has returned by now
+            return session()
+
+        @device_guard
+        async def load() -> Any:
+            model = Warming()
+            model.warming = asyncio.create_task(open_later())  # copies the load's context
+            return model
+
+        async def main() -> None:
+            with watch_sessions(resolution_mode="fail"):
+                model = await load()
+                with pytest.raises(EnvironmentConfigurationError, match="dropped CUDA"):
+                    await model.warming
+
+        asyncio.run(main())
 
     def test_sessions_born_in_new_are_the_loads(self) -> None:
         """A guarded class whose __new__ returns another type is checked on its sessions."""

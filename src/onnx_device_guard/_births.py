@@ -3,7 +3,7 @@
 While anything needs them, `InferenceSession.__init__` and `set_providers` and
 `SessionOptions.add_provider` are wrapped on the class, and put back by
 identity once nothing does. Each session born then gets a `Birth` and goes to
-the first that owns it: the guarded load in this context (`collecting`), a
+the first that owns it: the guarded load open in this context (`collecting`), a
 guarded model waiting for its sessions among the callers' first arguments
 (`await_births`), or a `watch_sessions` in force. Torch is imported only to
 report a fallback.
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import EnvironmentConfigurationError
 from ._follow import following, on_set_providers
-from ._messages import logger, short_repr
+from ._messages import error_text, logger, short_repr
 from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, parse_device_id
 
 if TYPE_CHECKING:
@@ -57,6 +57,10 @@ class Birth:
         """Whether it asked for a GPU and runs none of the GPU providers it asked for."""
         return bool(self.asked) and not any(name in self.got for name in self.asked)
 
+    def get_providers(self) -> list[str]:
+        """What it got: a birth stands for its session where the core checks a device."""
+        return list(self.got)
+
 
 _RECORDS: dict[int, tuple[weakref.ref[Any], Birth]] = {}
 """The birth of each observed session alive, by id: a weak reference to it, whose end drops it."""
@@ -83,6 +87,8 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
     __slots__ = ("_outer", "_token", "born", "frame")
 
     def __enter__(self) -> list[object]:
+        _LOADS.append(None)  # before `use`: an unhook from now on waits for this load
+        use(permanent=True)
         self.born: list[object] = []
         self.frame: types.FrameType | None = sys._getframe(1)  # the load's, for _pending_owner
         self._outer = _LOAD.get()
@@ -90,10 +96,20 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         return self.born
 
     def __exit__(self, *exc_info: object) -> None:
+        _LOADS.pop()
         _LOAD.reset(self._token)
-        self.frame = None
-        if self._outer is not None:
-            self._outer.born.extend(self.born)
+        self.frame = None  # finished: a task it started still sees it, and `_open` skips it
+        if (outer := _open(self._outer)) is not None:
+            outer.born.extend(self.born)
+        if exc_info[1] is not None:  # no model to align
+            settle()
+
+
+def _open(load: collecting | None) -> collecting | None:
+    """`load`, or the nearest of its outer loads still open (a task may outlive its load)."""
+    while load is not None and load.frame is None:
+        load = load._outer
+    return load
 
 
 _PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object]]] = {}
@@ -123,9 +139,16 @@ def _forget(
         _unhook_if_unused()
 
 
+def stop_waiting(origin: object) -> None:
+    """Forget the models a patch (`origin`, its checks' `Load.origin`) left waiting; may unhook."""
+    for key, (_, check) in list(_PENDING.items()):
+        if getattr(getattr(check, "__self__", None), "origin", None) is origin:
+            _forget(_PENDING, key, None)
+
+
 def unclaimed(sessions: list[object]) -> None:
     """Sessions a load collected but does not own: an outer load has them, else the watch."""
-    if _LOAD.get() is None and _WATCHES:
+    if _WATCHES and _open(_LOAD.get()) is None:
         for birth in filter(None, map(birth_of, sessions)):
             if birth.dropped and not birth.reported:
                 report_birth(birth, _WATCHES[0]._settings)
@@ -257,12 +280,14 @@ def watch_sessions(
 # --- the hooks on onnxruntime ------------------------------------------------
 
 _LOCK = threading.RLock()
+_LOADS: list[None] = []
+"""One entry per guarded load in flight, in any thread or task (append and pop are atomic)."""
 _users = 0
 """How many watches and patches need the hooks."""
 _permanent = False
 """Whether a guarded load or a pending model needs them until the last `release()`."""
-_hooks: list[tuple[type, str, Any]] = []
-"""The hooks in place: (class, attribute, the wrapper put there)."""
+_hooks: list[tuple[Any, str, Any]] = []
+"""The hooks in place: (class, attribute, the wrapper put there); `InferenceSession`'s first."""
 _waiting_for_import = False
 
 
@@ -292,12 +317,20 @@ def release() -> None:
         _unhook_if_unused()
 
 
+def settle() -> None:
+    """A load has aligned its model: the last one in flight unhooks if an undo waited for it."""
+    if not _LOADS and not _permanent:
+        _unhook_if_unused()
+
+
 def _unhook_if_unused() -> None:
     global _permanent
     with _LOCK:
-        if _users > 0 or _PENDING or _LOAD.get() is not None or following():
+        if _users > 0 or _PENDING or following():
             return  # following(): a guarded model still follows its sessions
         _permanent = False
+        if _LOADS:  # in flight anywhere: the last one unhooks in `settle`, once aligned
+            return
         import wrapt
 
         while _hooks:
@@ -313,7 +346,7 @@ def _install(onnxruntime: Any) -> None:
 
     with _LOCK:
         _waiting_for_import = False
-        if _hooks or not (_users or _permanent):
+        if _hooks or not (_users or _permanent or _LOADS):
             return
         session_class = onnxruntime.InferenceSession
         options_class: Any = getattr(onnxruntime, "SessionOptions", None)
@@ -343,10 +376,14 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
         birth, key = _record(session, args, kwargs), id(session)
         end = functools.partial(_RECORDS.pop, key)  # called as pop(key, <the reference>)
         _RECORDS[key] = (weakref.ref(session, end), birth)
-    except Exception as error:  # an odd subclass: its constructor's result stands
-        logger.debug("Could not read what %s was asked for: %r", short_repr(session), error)
+    except Exception as error:  # its constructor's result stands, unchecked: say so
+        logger.warning(
+            f"Could not read what this {type(session).__qualname__} was asked for or runs "
+            f"({error_text(error)}), so it is not checked: a GPU provider onnxruntime dropped "
+            "goes unreported. Check its model with realign(model) once it is built."
+        )
         return
-    load = _LOAD.get()
+    load = _open(_LOAD.get())
     owner = _pending_owner(load) if _PENDING else None  # a `self` it is opened in, nearer
     if owner is not None:
         model, check = owner
@@ -377,7 +414,7 @@ def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birt
         file = f"<a model of {len(source)} bytes>"
     else:  # escaped where it is shown
         file = str(os.fspath(source)) if source is not None else "<no model>"
-    got = tuple(session.get_providers())
+    got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
     return Birth(file, tuple(name for name, _ in gpu), device_id or 0, got)
 
 
@@ -405,7 +442,7 @@ def why_dropped(provider: str) -> str:
 
 def report_birth(birth: Birth, settings: Settings | None) -> None:
     """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`."""
-    from ._alignment import warn_at_caller
+    from ._alignment import plan_alignment, warn_at_caller
     from ._options import Settings
     from ._policy import current_policy
 
@@ -419,7 +456,8 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
     birth.reported = True
     if used.resolution_mode == "fail":
         raise EnvironmentConfigurationError(problem)  # its help: no data transfer registered
-    fallback = str(used.fallback_device)
+    # The core's check: a fallback device the session cannot read either raises, in its words.
+    fallback = str(plan_alignment([("", birth)], used.fallback_device, used)[0])
     text = f"{problem} Its tensors belong on {fallback!r}."
     if used.warn:
         warn_at_caller(text)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._births import collecting, unclaimed, use
+from ._births import collecting, unclaimed
 from ._errors import DeviceGuardError, ModelInputError
 from ._model_alignment import Load, align_model
 from ._options import GuardOptions
@@ -150,7 +150,6 @@ def _new_wrapper(cls: type, new: Any) -> Any:
     """A `__new__` that aligns what it returns when no `__init__` will: another type."""
 
     def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-        use(permanent=True)
         with collecting() as born:
             instance = _own_or_inherited(cls, new, "__new__", klass)(klass, *args, **kwargs)
         if not isinstance(instance, klass):
@@ -206,7 +205,6 @@ def _construct(
         init(instance, *args, **kwargs)
         return
     ids.add(key)
-    use(permanent=True)
     try:
         with collecting() as born:
             init(instance, *args, **kwargs)

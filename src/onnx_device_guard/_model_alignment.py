@@ -20,7 +20,7 @@ from typing import Any, cast
 import torch
 
 from ._alignment import Details, Fallback, plan_alignment, report_fallback
-from ._births import Birth, await_births, birth_of, collecting, unclaimed, use, why_dropped
+from ._births import Birth, await_births, birth_of, collecting, settle, unclaimed, use, why_dropped
 from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
@@ -58,6 +58,7 @@ def align_model(model: object, load: Load, born: list[object] | None = None) -> 
     aligned = load.align(model)
     if born and named:  # those it does not name are the watch's
         unclaimed(born)
+    settle()  # the hooks an undo left to the loads in flight go once the last is aligned
     return aligned
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import wrapt
 
-from ._births import release, use
+from ._births import release, stop_waiting, use
 from ._classes import class_guard, guard_class, read_signature, unguard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
@@ -286,13 +286,14 @@ class _Installation:
     undo_steps: list[Callable[[], None]] = field(default_factory=list)
 
     def stop(self) -> None:
-        """Put back what the patch replaced; the sessions of models it guarded stop following."""
+        """Put back what the patch replaced; the models it guarded stop following and waiting."""
         self.cancelled = True
         for step in reversed(self.undo_steps):
             step()
         self.undo_steps.clear()
         stop_following(self)
         self.forget()
+        stop_waiting(self)  # after forget's release: the last of them may unhook
 
     def forget(self) -> None:
         """Take the patch out of `_installed`, so no import applies it, and release the hooks."""
