@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from .._devices import as_device
-from .._environment import RESOLUTION_MODE
+from .._environment import FALLBACK_DEVICE, RESOLUTION_MODE
 from .._environment import read as read_environment
-from .._errors import ModelInputError
+from .._errors import EnvironmentConfigurationError, ModelInputError
 from .diagnosis import EXIT_BAD_INPUT, exit_code, worst
 from .facts import Facts, ModelError, listed
 from .files import display_path, expand, is_directory
@@ -230,6 +230,8 @@ def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> F
         return check_model(plan.check, target, waiting)
     except ModelInputError as error:
         return ModelError(shown, error.message)
+    except EnvironmentConfigurationError as error:  # the session cannot read the fallback either
+        return ModelError(shown, f"{FALLBACK_DEVICE}: {error.message} Fix or unset the variable.")
 
 
 def _single_error(plan: Plan, error: ModelError) -> int:
