@@ -94,3 +94,19 @@ class TestBadValues:
         assert captured.err.startswith(
             f"onnx-device-guard doctor: error: The environment variable {message}"
         ), captured.err
+
+    def test_a_fallback_device_the_session_cannot_read_is_exit_2_naming_the_variable(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """FALLBACK_DEVICE=cuda:0 on a CPU session: one line naming the variable, exit 2."""
+        monkeypatch.setenv(FALLBACK_DEVICE, "cuda:0")
+
+        code = main(["doctor", "--device", "cuda", "--providers", "CPUExecutionProvider"])
+
+        captured = capsys.readouterr()
+        assert (code, captured.out, captured.err.count("\n")) == (2, "", 1)
+        assert captured.err.startswith(
+            f"onnx-device-guard doctor: error: {FALLBACK_DEVICE}: "
+            "The session cannot read the fallback device 'cuda:0' either"
+        ), captured.err
+        assert captured.err.endswith("Fix or unset the variable.\n"), captured.err

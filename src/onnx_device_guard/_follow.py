@@ -117,8 +117,8 @@ def watch(
     session_class = getattr(sys.modules.get("onnxruntime"), "InferenceSession", None)
     followed = 0
     for session_name, session in sessions:
-        if session_class is None or not isinstance(session, session_class):
-            message = "Not following %s sessions: only onnxruntime.InferenceSession is. "
+        if not isinstance(session, session_class or ()) or type(session).__hash__ is None:
+            message = "Not following %s sessions: only a hashable onnxruntime.InferenceSession is. "
             _warn_once(_NOT_SESSIONS, type(session), message + _AT_LOAD_ONLY, logging.DEBUG)
             continue
         entry = (id(model), key)

@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar, overload
 from ._classes import guard_class, read_signature
 from ._devices import DeviceLike
 from ._errors import ModelInputError
-from ._messages import short_repr
+from ._messages import typed_repr
 from ._model_alignment import Load, call_and_align, call_and_align_async
 from ._options import (
     DeviceMismatchResolutionMode,
@@ -154,21 +154,19 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
         return wrapped
     if not callable(wrapped):
         raise ModelInputError(
-            "device_guard decorates a factory function or method; "
-            f"got {type(wrapped).__name__} {short_repr(wrapped)}."
+            f"device_guard decorates a factory function or method; got {typed_repr(wrapped)}."
         )
-    factory: Callable[..., Any] = wrapped
-    signature = read_signature(factory)  # once here, not at every load
-    if inspect.iscoroutinefunction(factory):
+    signature = read_signature(wrapped)  # once here, not at every load
+    if inspect.iscoroutinefunction(wrapped):
 
-        @functools.wraps(factory)
+        @functools.wraps(wrapped)
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-            return await call_and_align_async(Load(options, factory, args, kwargs, signature))
+            return await call_and_align_async(Load(options, wrapped, args, kwargs, signature))
 
         return guarded_async
 
-    @functools.wraps(factory)
+    @functools.wraps(wrapped)
     def guarded_factory(*args: Any, **kwargs: Any) -> Any:
-        return call_and_align(Load(options, factory, args, kwargs, signature))
+        return call_and_align(Load(options, wrapped, args, kwargs, signature))
 
     return guarded_factory

@@ -143,9 +143,8 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
                 use()  # sessions are observed at birth while the patch is in place
         elif installation.options != options:
             raise ModelInputError(
-                f"{target!r} is already patched with other options "
-                f"({installation.options}); undo that patch before "
-                f"patching it with {options}."
+                f"{target!r} is already patched with other options ({installation.options}); "
+                f"undo that patch before patching it with {options}."
             )
         installation.handles += 1
         return Patch(installation, target)
@@ -220,9 +219,7 @@ class Patch(contextlib.AbstractContextManager["Patch"]):
     """
 
     def __init__(self, installation: _Installation, target: str) -> None:
-        self._installation = installation
-        self._target = target
-        self._undone = False
+        self._installation, self._target, self._undone = installation, target, False
 
     @property
     def target(self) -> str:
@@ -259,10 +256,9 @@ class Patch(contextlib.AbstractContextManager["Patch"]):
             if self._undone:
                 return
             self._undone = True
-            installation = self._installation
-            installation.handles -= 1
-            if installation.handles == 0:
-                installation.stop()
+            self._installation.handles -= 1
+            if self._installation.handles == 0:
+                self._installation.stop()
 
     def __exit__(self, *exc_info: object) -> None:
         self.undo()
@@ -437,9 +433,7 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
             return align(Load(options, wrapped, args, kwargs, called, origin))
 
         super().__init__(wrapped, guard)
-        self._self_target = target
-        self._self_options = options
-        self._self_origin = origin
+        self._self_target, self._self_options, self._self_origin = target, options, origin
         self._self_of_class = function is not wrapped  # a static or class method
         self._self_bindings: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
 

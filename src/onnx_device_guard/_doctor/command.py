@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from .._devices import as_device
-from .._environment import RESOLUTION_MODE
+from .._environment import FALLBACK_DEVICE, RESOLUTION_MODE
 from .._environment import read as read_environment
-from .._errors import ModelInputError
+from .._errors import EnvironmentConfigurationError, ModelInputError
 from .diagnosis import EXIT_BAD_INPUT, exit_code, worst
 from .facts import Facts, ModelError, listed
 from .files import display_path, expand, is_directory
@@ -103,7 +103,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
     providers = providers or [(name, {}) for name in env.available_providers]
     check_provider_names([name for name, _ in providers], ort.get_all_providers())
     fail = settings.resolution_mode == "fail"
-    strict_by = "--strict" if args.strict else f"{RESOLUTION_MODE}=fail" if fail else None
     default = torch.device("cuda" if env.torch_cuda_device_count else "cpu")
     fallback = settings.fallback_device
     return Plan(
@@ -111,7 +110,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         targets=targets,
         many=len(args.models) > 1 or any(map(is_directory, args.models)),
         json=args.json,
-        strict_by=strict_by,
+        strict_by="--strict" if args.strict else f"{RESOLUTION_MODE}=fail" if fail else None,
         colour=not args.json and colour_wanted(os.isatty(1)),
     )
 
@@ -193,15 +192,13 @@ def check_names(plan: Plan) -> None:
 
 
 def _report(plan: Plan, progress: Progress) -> int:
-    first, count = plan.targets[0], len(plan.targets)
+    count = len(plan.targets)
     alone = count == 1 and not (plan.json and plan.many)  # JSON on a folder is always a list
-    if alone and isinstance(first, ModelError):  # a folder without models
-        return _single_error(plan, first)
     results: list[Facts | ModelError] = []
     for number, target in enumerate(plan.targets, start=1):
         result = _check_one(plan, target, progress, f"[{number}/{count}] " if count > 1 else "")
         progress.clear()
-        if isinstance(result, ModelError) and alone:
+        if isinstance(result, ModelError) and alone:  # a bad model, or a folder without any
             return _single_error(plan, result)
         results.append(result)
     env = replace(plan.check.env, cuda_libraries_loaded=loaded_cuda_libraries())
@@ -233,6 +230,8 @@ def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> F
         return check_model(plan.check, target, waiting)
     except ModelInputError as error:
         return ModelError(shown, error.message)
+    except EnvironmentConfigurationError as error:  # the session cannot read the fallback either
+        return ModelError(shown, f"{FALLBACK_DEVICE}: {error.message} Fix or unset the variable.")
 
 
 def _single_error(plan: Plan, error: ModelError) -> int:
