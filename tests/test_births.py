@@ -54,6 +54,14 @@ def fallbacks(caught: list[warnings.WarningMessage]) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, DeviceFallbackWarning)]
 
 
+def assert_prints(script: str, last_words: str) -> None:
+    """Run `script` in a fresh interpreter (its own hooks); it must print `last_words`."""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.stdout.strip() == last_words, done.stderr
+
+
 @pytest.fixture
 def caught() -> Iterator[list[warnings.WarningMessage]]:
     with warnings.catch_warnings(record=True) as records:
@@ -203,10 +211,7 @@ class TestWatch:
             print("restored")
             """
         )
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=False
-        )
-        assert done.stdout.strip() == "restored", done.stderr
+        assert_prints(script, "restored")
 
 
 class TestRunCommand:
@@ -561,10 +566,7 @@ class TestHooksComeOff:
             print("unhooked")
             """
         )
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=False
-        )
-        assert done.stdout.strip() == "unhooked", done.stderr
+        assert_prints(script, "unhooked")
 
     def test_undo_ends_the_wait_of_the_models_the_patch_guarded(self) -> None:
         """undo() unhooks at once; a model it left waiting is not checked after it."""
@@ -593,10 +595,7 @@ class TestHooksComeOff:
             print("unhooked")
             """
         )
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=False
-        )
-        assert done.stdout.strip() == "unhooked", done.stderr
+        assert_prints(script, "unhooked")
 
     def test_an_undo_elsewhere_waits_for_the_loads_in_flight(self) -> None:
         """An undo in another task or thread leaves the hooks to the loads in flight."""
@@ -652,10 +651,7 @@ class TestHooksComeOff:
             print("aligned and unhooked")
             """
         )
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=False
-        )
-        assert done.stdout.strip() == "aligned and unhooked", done.stderr
+        assert_prints(script, "aligned and unhooked")
 
 
 class TestWhoOwnsABirth:

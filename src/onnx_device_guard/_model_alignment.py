@@ -20,7 +20,7 @@ from typing import Any, cast
 import torch
 
 from ._alignment import Details, Fallback, plan_alignment, report_fallback
-from ._births import Birth, await_births, birth_of, collecting, settle, unclaimed, use, why_dropped
+from ._births import Birth, await_births, birth_of, collecting, settle, unclaimed, why_dropped
 from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
@@ -64,8 +64,7 @@ def align_model(model: object, load: Load, born: list[object] | None = None) -> 
 
 def call_and_align(load: Load) -> Any:
     """Make the `load`'s call, collecting the sessions born meanwhile, then align its model."""
-    use(permanent=True)
-    with collecting() as born:
+    with collecting() as born:  # which puts the hooks in place
         model = load.factory(*load.args, **load.kwargs)  # type: ignore[operator]
     align_model(model, load, born)
     return model
@@ -73,8 +72,7 @@ def call_and_align(load: Load) -> Any:
 
 async def call_and_align_async(load: Load) -> Any:
     """`call_and_align` for an `async def` factory: aligned once the coroutine has finished."""
-    use(permanent=True)
-    with collecting() as born:
+    with collecting() as born:  # which puts the hooks in place
         model = await load.factory(*load.args, **load.kwargs)  # type: ignore[operator]
     align_model(model, load, born)
     return model
