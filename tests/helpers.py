@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from onnx_device_guard._follow import _FOLLOWED, on_set_providers
+from onnx_device_guard._follow import followers_of, on_set_providers
 from onnx_device_guard._policy import _innermost, current_policy
 
 
@@ -20,10 +20,7 @@ def no_scope_left() -> bool:
 
 def is_followed(session: object) -> bool:
     """Whether a change of `session`'s providers would call back a model now."""
-    try:
-        followers = _FOLLOWED.get(session)
-    except TypeError:  # not weakly referenceable, or unhashable: never followed
-        return False
+    followers = followers_of(session)
     if followers is None or not _hooked(type(session)):
         return False
     return any(

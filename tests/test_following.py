@@ -300,20 +300,21 @@ class TestLifetimes:
         assert not is_followed(fake)
         assert all(record.levelno == logging.DEBUG for record in records)
 
-    def test_an_unhashable_session_subclass_is_not_followed(self, follower: Follower) -> None:
-        """A subclass with __eq__ but no __hash__ cannot key a watch: not followed, at DEBUG."""
+    def test_an_unhashable_session_subclass_is_followed(self, follower: Follower) -> None:
+        """A subclass with __eq__ but no __hash__ is followed: watches are keyed by its id."""
 
         class ComparableSession(onnxruntime.InferenceSession):  # type: ignore[misc]
             def __eq__(self, other: object) -> bool:
                 return self is other
 
         session = ComparableSession(example_model(), providers=[CPU])
+        model, calls = Model(s=session), Calls()
         with recorded_logs() as records:
-            assert follower.watch(Model(s=session), [("s", session)], Calls()) == 0
-        assert not is_followed(session)
-        (record,) = records
-        assert record.levelno == logging.DEBUG
-        assert "ComparableSession sessions: only a hashable" in record.getMessage()
+            assert follower.watch(model, [("s", session)], calls) == 1
+        assert is_followed(session)
+        assert not records
+        session.set_providers([AZURE, CPU])
+        assert calls.calls == [(model, "s", (CPU,), (AZURE, CPU))]
 
     def test_stop_following_forgets_the_origin_only(self, follower: Follower) -> None:
         """Closing one follower leaves another's watch on the same session."""

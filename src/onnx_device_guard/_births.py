@@ -88,7 +88,8 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
 
     def __enter__(self) -> list[object]:
         _LOADS.append(None)  # before `use`: an unhook from now on waits for this load
-        use(permanent=True)
+        if not (_permanent and (_hooks or _waiting_for_import)):
+            use(permanent=True)
         self.born: list[object] = []
         self.frame: types.FrameType | None = sys._getframe(1)  # the load's, for _pending_owner
         self._outer = _LOAD.get()
@@ -294,8 +295,6 @@ _waiting_for_import = False
 def use(*, permanent: bool = False) -> None:
     """Put the hooks in place (now, or when onnxruntime is imported); count a user."""
     global _users, _permanent, _waiting_for_import
-    if permanent and _permanent and (_hooks or _waiting_for_import):
-        return  # a guarded load's fast path
     with _LOCK:
         if permanent:
             _permanent = True

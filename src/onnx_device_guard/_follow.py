@@ -2,8 +2,8 @@
 
 `on_set_providers` wraps `InferenceSession.set_providers` beside the birth
 hooks (`_births`); a change calls back the models watching that session. The
-watches live in `_FOLLOWED`, keyed weakly by the session, each model held
-weakly; one session's changes take turns. docs/production.md has the limits.
+watches live in `_FOLLOWED`, by the id of the session while it lives, each
+model held weakly; one session's changes take turns. docs/production.md has the limits.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ class _Followers:
         self.watches: dict[Hashable, _Watch] = {}
 
 
-_FOLLOWED: weakref.WeakKeyDictionary[Any, _Followers] = weakref.WeakKeyDictionary()
-"""The watches of each followed session; nothing in them refers to the session."""
+_FOLLOWED: dict[int, tuple[weakref.ref[Any], _Followers]] = {}
+"""The watches of each followed session by its id, with a weak reference whose end drops them."""
 _LOCK = threading.Lock()
 """Guards `_FOLLOWED` and `_WARNED`; never held while user code runs."""
 _WARNED: weakref.WeakSet[type] = weakref.WeakSet()
@@ -101,9 +101,7 @@ def watch(
     what cannot be followed is logged. Returns how many of `sessions` are
     followed for this model now.
     """
-    try:
-        weakref.ref(model)
-    except TypeError:
+    if not type(model).__weakrefoffset__:  # no weak reference to it: cheaper than trying one
         _warn_once(
             _WARNED,
             type(model),
@@ -117,18 +115,21 @@ def watch(
     session_class = getattr(sys.modules.get("onnxruntime"), "InferenceSession", None)
     followed = 0
     for session_name, session in sessions:
-        if not isinstance(session, session_class or ()) or type(session).__hash__ is None:
-            message = "Not following %s sessions: only a hashable onnxruntime.InferenceSession is. "
+        if not isinstance(session, session_class or ()):
+            message = "Not following %s sessions: only an onnxruntime.InferenceSession is. "
             _warn_once(_NOT_SESSIONS, type(session), message + _AT_LOAD_ONLY, logging.DEBUG)
             continue
         entry = (id(model), key)
-        followers = _FOLLOWED.get(session)
+        followers = followers_of(session)
         existing = None if followers is None else followers.watches.get(entry)
         if existing is None or existing.model() is not model:  # new, or a dead model's id
             with _LOCK:  # against stop_following: a load racing undo() leaves no watch
                 if origin is not None and origin.cancelled:
                     return 0
-                followers = _FOLLOWED.get(session) or _FOLLOWED.setdefault(session, _Followers())
+                if (followers := followers_of(session)) is None:
+                    end = functools.partial(_FOLLOWED.pop, id(session))  # pop(id, <reference>)
+                    followers = _Followers()
+                    _FOLLOWED[id(session)] = (weakref.ref(session, end), followers)
                 forget = functools.partial(_forget, followers.watches, entry)
                 watched = _Watch(weakref.ref(model, forget), session_name, on_change, origin)
                 followers.watches[entry] = watched
@@ -136,10 +137,16 @@ def watch(
     return followed
 
 
+def followers_of(session: object) -> _Followers | None:
+    """The watches on `session`, if any model follows it."""
+    entry = _FOLLOWED.get(id(session))
+    return entry[1] if entry is not None and entry[0]() is session else None
+
+
 def following() -> bool:
     """Whether a live model follows any session, so that the hooks must stay in place."""
     with _LOCK:
-        return any(followers.watches for followers in list(_FOLLOWED.values()))
+        return any(followers.watches for _, followers in list(_FOLLOWED.values()))
 
 
 def _forget(watches: dict[Hashable, _Watch], entry: Hashable, reference: object) -> None:
@@ -152,7 +159,7 @@ def _forget(watches: dict[Hashable, _Watch], entry: Hashable, reference: object)
 def stop_following(origin: Origin) -> None:
     """Forget every watch made with `origin`."""
     with _LOCK:
-        for followers in list(_FOLLOWED.values()):
+        for _, followers in list(_FOLLOWED.values()):
             for entry, watched in followers.watches.copy().items():
                 if watched.origin is origin:
                     followers.watches.pop(entry, None)
@@ -160,10 +167,7 @@ def stop_following(origin: Origin) -> None:
 
 def on_set_providers(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """`InferenceSession.set_providers`, wrapped: a change calls back its models, in turn."""
-    try:
-        followers = _FOLLOWED.get(instance)
-    except TypeError:  # a subclass that is unhashable: never watched
-        followers = None
+    followers = followers_of(instance)
     if followers is None or not followers.watches:
         return wrapped(*args, **kwargs)
     handled = sys.exc_info()[1]  # onnxruntime's EPFail, during its fallback
