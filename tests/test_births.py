@@ -653,6 +653,45 @@ class TestHooksComeOff:
         )
         assert_prints(script, "aligned and unhooked")
 
+    def test_a_load_whose_alignment_raises_still_unhooks_after_an_undo(self) -> None:
+        """The undo waited for a load that fails in "fail" mode: the hooks go when it raises."""
+        script = textwrap.dedent(
+            """
+            import sys, threading, types
+            import onnxruntime
+            from onnx_device_guard import EnvironmentConfigurationError, device_guard, example_model
+            from onnx_device_guard import patch
+            init = vars(onnxruntime.InferenceSession)["__init__"]
+            sys.modules["failing_pkg"] = module = types.ModuleType("failing_pkg")
+            module.load = lambda: None
+            started, go, raised = threading.Event(), threading.Event(), []
+            @device_guard(resolution_mode="fail", follow=False)
+            def load(device="cuda"):
+                started.set()
+                go.wait(10)
+                return onnxruntime.InferenceSession(
+                    example_model(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"]
+                )
+            def run():
+                try:
+                    load()
+                except EnvironmentConfigurationError as error:
+                    raised.append(error)
+            handle = patch("failing_pkg:load")
+            thread = threading.Thread(target=run)
+            thread.start()
+            started.wait(10)
+            handle.undo()
+            assert vars(onnxruntime.InferenceSession)["__init__"] is not init  # the load's still
+            go.set()
+            thread.join(10)
+            assert raised, "the load did not fail"
+            assert vars(onnxruntime.InferenceSession)["__init__"] is init
+            print("failed and unhooked")
+            """
+        )
+        assert_prints(script, "failed and unhooked")
+
 
 class TestWhoOwnsABirth:
     """Each session born reaches the one that must check it: no session is missed."""

@@ -113,18 +113,21 @@ def _open(load: collecting | None) -> collecting | None:
     return load
 
 
-_PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object]]] = {}
-"""Guarded models without a session yet, by id: a weak reference, and their check."""
+_PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object], object]] = {}
+"""Guarded models without a session yet, by id: a weak reference, their check, their origin."""
 
 
-def await_births(model: object, check: Callable[[Any, object], object]) -> bool:
-    """Check each session `model` opens later with `check`; `False` if it takes no weak ref."""
+def await_births(model: object, check: Callable[[Any, object], object], origin: object) -> bool:
+    """Check each session `model` opens later with `check`; `False` if it takes no weak ref.
+
+    `origin` is the patch that guarded it (or `None`), whose undo stops the wait.
+    """
     key = id(model)
     try:
         reference = weakref.ref(model, functools.partial(_forget, _PENDING, key))
     except TypeError:
         return False
-    _PENDING[key] = (reference, check)
+    _PENDING[key] = (reference, check, origin)
     use(permanent=True)
     return True
 
@@ -141,9 +144,9 @@ def _forget(
 
 
 def stop_waiting(origin: object) -> None:
-    """Forget the models a patch (`origin`, its checks' `Load.origin`) left waiting; may unhook."""
-    for key, (_, check) in list(_PENDING.items()):
-        if getattr(getattr(check, "__self__", None), "origin", None) is origin:
+    """Forget the models the patch `origin` left waiting; the last of them may unhook."""
+    for key, (_, _, guarded_by) in list(_PENDING.items()):
+        if guarded_by is origin:
             _forget(_PENDING, key, None)
 
 

@@ -55,10 +55,12 @@ def align_model(model: object, load: Load, born: list[object] | None = None) -> 
     named = load.options.session_attr is not None
     if born and not named:
         load.born = tuple(map(weakref.ref, born))  # recorded at birth, so weakly referenced
-    aligned = load.align(model)
-    if born and named:  # those it does not name are the watch's
-        unclaimed(born)
-    settle()  # the hooks an undo left to the loads in flight go once the last is aligned
+    try:
+        aligned = load.align(model)
+        if born and named:  # those it does not name are the watch's
+            unclaimed(born)
+    finally:  # the hooks an undo left to the loads in flight go once the last is aligned
+        settle()
     return aligned
 
 
@@ -225,7 +227,7 @@ class Load:
         explicit = options.session_attr is not None
         if options.require_session or (options.require_session is None and explicit):
             raise _no_session(model, factory, options, searched)
-        if await_births(model, self.born_later):
+        if await_births(model, self.born_later, self.origin):
             logger.debug(
                 "%s, which holds no onnxruntime session yet; its sessions are checked when born.",
                 describe(model, factory),
