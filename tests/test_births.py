@@ -477,6 +477,67 @@ class TestOneReportPerLoad:
         assert model.inner.device == torch.device("cpu")
         assert len(fallbacks(caught)) == 1
 
+    def test_nested_guards_with_a_session_asked_for_the_cpu_report_once(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A patched loader building a patched class: the class's report is the load's."""
+        module: Any = types.ModuleType("nested_cpu_pkg")
+
+        class Model:  # asks onnxruntime for the CPU, keeps the device it was given
+            def __init__(self, device: str) -> None:
+                self.session, self.device = session(CPU), device
+
+        module.Model, module.load = Model, lambda device="cuda": module.Model(device)
+        sys.modules[module.__name__] = module
+        try:
+            with patch("nested_cpu_pkg:Model"), patch("nested_cpu_pkg:load"):
+                assert module.load().device == "cpu"
+        finally:
+            del sys.modules[module.__name__]
+        assert len(fallbacks(caught)) == 1
+
+    def test_an_enclosing_load_names_the_session_not_reported_yet(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """The inner load reported its session; the outer one names the other, which dropped too."""
+
+        @device_guard(session_attr="a")
+        def load_inner() -> Any:
+            model = types.SimpleNamespace(a=session(), device="cuda")
+            model.b = session()
+            return model
+
+        @device_guard
+        def load_outer() -> Any:
+            return load_inner()
+
+        load_outer()
+        inner, outer = fallbacks(caught)
+        assert "session runs only" in inner
+        assert "session 'b' runs only" in outer
+
+    def test_a_lazy_model_opening_two_sessions_in_one_call_reports_once(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A model that fell back at its first session says nothing more for the next ones."""
+
+        @device_guard
+        class LazyOCR:
+            def __init__(self) -> None:
+                self.device, self.det, self.rec = "cuda", None, None
+
+            def __call__(self) -> None:
+                self.det, self.rec = session(), session()
+
+            def classify(self) -> None:
+                self.cls = session()
+
+        model = LazyOCR()
+        model()
+        model.classify()
+        assert model.device == "cpu"
+        assert len(fallbacks(caught)) == 1
+
     def test_sessions_built_in_worker_threads_are_the_loads(
         self, package: types.ModuleType, caught: list[warnings.WarningMessage]
     ) -> None:
@@ -818,6 +879,70 @@ class TestWhoOwnsABirth:
                     await model.warming
 
         asyncio.run(main())
+
+    def test_a_helper_handed_the_model_does_not_open_its_sessions(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """Only a method running on the model (its `self`) ties a session to a waiting model."""
+
+        class Lazy:  # weakly referenceable, as a waiting model must be
+            def __init__(self) -> None:
+                self.session, self.device = None, "cuda"
+
+        @device_guard
+        def load() -> Lazy:
+            return Lazy()
+
+        def summarise(model: Any, path: str) -> None:  # a plain function, its own session
+            onnxruntime.InferenceSession(path, providers=CPU)
+
+        model = load()
+        summarise(model, example_model())
+        assert model.device == "cuda"
+        assert fallbacks(caught) == []
+
+    def test_sessions_held_before_the_call_are_checked_beside_born_ones(self) -> None:
+        """A model given a session made earlier, which opens another in the call: both checked."""
+
+        class ReadsCUDA(onnxruntime.InferenceSession):  # type: ignore[misc]
+            def get_providers(self) -> list[str]:  # what a working GPU build would say
+                return CUDA
+
+        class MadeBefore:  # no birth record: what it was asked for is unknown, so it is checked
+            def get_providers(self) -> list[str]:
+                return CPU
+
+            def run(self, *args: Any) -> list[Any]:
+                return []
+
+        made_before = MadeBefore()
+
+        @device_guard(resolution_mode="fail")
+        def from_session(main: Any, device: str = "cuda") -> Any:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Specified provider", UserWarning)
+                helper = ReadsCUDA(example_model(), providers=CUDA)
+            return types.SimpleNamespace(main=main, helper=helper, device=device)
+
+        with pytest.raises(EnvironmentConfigurationError, match="'main'"):
+            from_session(made_before)
+
+    def test_a_failed_loads_sessions_are_the_watchs(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A load that raises has no model to align: the watch reports the sessions it made."""
+        kept = []
+
+        @device_guard
+        def load(device: str = "cuda") -> Any:
+            kept.append(session())  # a package's cache keeps it
+            raise FileNotFoundError("tokenizer.json")
+
+        with watch_sessions(), pytest.raises(FileNotFoundError):
+            load()
+        assert len(fallbacks(caught)) == 1
+        with watch_sessions(resolution_mode="fail"), pytest.raises(EnvironmentConfigurationError):
+            load()
 
     def test_sessions_born_in_new_are_the_loads(self) -> None:
         """A guarded class whose __new__ returns another type is checked on its sessions."""

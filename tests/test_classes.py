@@ -449,6 +449,28 @@ class TestOtherClassShapes:
 class TestCustomNew:
     """A class whose __new__ (its own or a base's) runs before __init__, or instead of it."""
 
+    @pytest.mark.parametrize("how", ["positionally", "by its default"])
+    def test_a_base_with_new_keeps_the_signature_and_the_device_argument(self, how: str) -> None:
+        """The __new__ wrapper shows the class's signature: `device` is read however given."""
+
+        class Base:
+            def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+                return super().__new__(cls)
+
+        class Embedder(Base):
+            def __init__(self, path: str, device: str = "cuda") -> None:
+                self.session = cpu_session()
+
+            @property
+            def device(self) -> torch.device:  # read-only, and already on the CPU
+                return CPU
+
+        before = inspect.signature(Embedder)
+        device_guard(resolution_mode="fail")(Embedder)
+        assert inspect.signature(Embedder) == before
+        with pytest.raises(EnvironmentConfigurationError, match="'cuda'"):
+            Embedder("model.onnx", "cuda") if how == "positionally" else Embedder("model.onnx")
+
     def test_new_returning_another_type_is_aligned(self) -> None:
         """No __init__ of the class runs, so the object __new__ returned is aligned there."""
 

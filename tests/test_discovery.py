@@ -182,6 +182,22 @@ class TestDiscovery:
         with pytest.raises(EnvironmentConfigurationError, match="'_onnx_session'"):
             load()
 
+    def test_a_name_mangled_slot_is_searched(self) -> None:
+        """`__slots__ = ("__session",)` is stored as `_Model__session`: found under that name."""
+
+        class Model:
+            __slots__ = ("__session", "__weakref__", "device")
+
+            def __init__(self) -> None:
+                self.__session, self.device = runnable_cpu_session(), "cuda"
+
+        @device_guard(resolution_mode="fail")
+        def load() -> Model:
+            return Model()
+
+        with pytest.raises(EnvironmentConfigurationError, match="'_Model__session'"):
+            load()
+
     def test_three_sessions_three_levels_down(self) -> None:
         """rapidocr's `text_det.infer.session` and its two siblings are all found."""
         model = OCR(runnable_cuda_session(0), runnable_cuda_session(0), runnable_cpu_session())

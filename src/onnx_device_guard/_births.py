@@ -102,8 +102,9 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         self.frame = None  # finished: a task it started still sees it, and `_open` skips it
         if (outer := _open(self._outer)) is not None:
             outer.born.extend(self.born)
-        if exc_info[1] is not None:  # no model to align
+        if exc_info[1] is not None:  # no model to align: its sessions are the watch's, if any
             settle()
+            unclaimed(self.born)
 
 
 def _open(load: collecting | None) -> collecting | None:
@@ -161,13 +162,17 @@ def unclaimed(sessions: list[object]) -> None:
 def _pending_owner(
     load: collecting | None,
 ) -> tuple[object, Callable[[Any, object], object]] | None:
-    """The pending model among the callers' first arguments (`self`) nearer than `load`."""
+    """The pending model that a calling method (first parameter `self`) runs on, nearer than `load`.
+
+    Only a method's locals are read: a helper handed the model is not the model's call, and
+    reading `f_locals` keeps a copy of the locals in the frame until it returns (before 3.13).
+    """
     frame: types.FrameType | None = sys._getframe(2)  # past the wrapper and wrapt
     for _ in range(64):  # calling frames looked through, at most
         if frame is None or (load is not None and frame is load.frame):
             return None
         code = frame.f_code
-        if code.co_argcount:
+        if code.co_argcount and code.co_varnames[0] == "self":
             entry = _PENDING.get(id(frame.f_locals.get(code.co_varnames[0])))
             if entry is not None and (model := entry[0]()) is not None:
                 return model, entry[1]

@@ -148,6 +148,7 @@ def _align(
 
 def _new_wrapper(cls: type, new: Any) -> Any:
     """A `__new__` that aligns what it returns when no `__init__` will: another type."""
+    signature = read_signature(cls)  # what the class is called with, read before the change
 
     def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
         with collecting() as born:
@@ -159,6 +160,10 @@ def _new_wrapper(cls: type, new: Any) -> Any:
         return instance
 
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"
+    if signature is not None:  # inspect prefers a class's `__new__`, and drops its first parameter
+        first = inspect.Parameter("__new_cls", inspect.Parameter.POSITIONAL_ONLY)
+        parameters = [first, *signature.parameters.values()]
+        __new__.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
     return staticmethod(__new__)
 
 

@@ -216,6 +216,15 @@ def is_session(value: object) -> bool:
         return False
 
 
+def sessions_among(attributes: Sessions, skip: set[int]) -> Sessions:
+    """The sessions among `(name, value)` attributes, but those whose id is in `skip`."""
+    return [
+        (name, value)
+        for name, value in attributes
+        if not isinstance(value, _SCALARS) and id(value) not in skip and is_session(value)
+    ]
+
+
 def discover_sessions(model: object) -> Found:
     """Find the sessions among `model`'s instance attributes, breadth first, each object once."""
     search = _Search(model)
@@ -330,6 +339,8 @@ def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
             dict_descriptor = namespace["__dict__"]
         names = namespace.get("__slots__", ())
         for name in (names,) if isinstance(names, str) else names:
+            if name.startswith("__") and not name.endswith("__"):  # stored name-mangled
+                name = f"_{klass.__name__.lstrip('_')}{name}"
             if isinstance(descriptor := namespace.get(name), types.MemberDescriptorType):
                 slots.append((name, descriptor))
     if not isinstance(dict_descriptor, types.GetSetDescriptorType | types.MemberDescriptorType):

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import torch
 
-from ._alignment import Details, Fallback, plan_alignment, report_fallback
+from ._alignment import Details, Fallback, find_mismatch, plan_alignment, report_fallback
 from ._births import Birth, await_births, birth_of, collecting, settle, unclaimed, why_dropped
 from ._devices import DeviceLike, as_device
 from ._discovery import (
@@ -33,6 +33,7 @@ from ._discovery import (
     find_device_attribute,
     find_sessions,
     instance_attributes,
+    sessions_among,
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError, in_context
 from ._follow import Origin, watch
@@ -150,18 +151,25 @@ class Load:
             text = "; its session was opened after the load" if opened_later else ""
             return f"{text}. {why_dropped(dropped[0].asked[0])}" if dropped else text
 
-        # A session asked for the CPU alone runs there on purpose.
-        aligned, report, source = self._plan(model, asking or sessions, devices, used, note)
+        planned = asking or sessions
+        aligned, report, source = self._plan(model, planned, devices, used, note)
         if report is None:
             return aligned
-        heard = bool(dropped) and all(birth.reported for birth in dropped)
-        for birth in dropped:
+        # Heard already (from an inner load, or the watch) unless a session not reported yet
+        # cannot read the device: those are planned first, so the report names one of them.
+        births = [None if followed else birth_of(session) for _, session in planned]  # news
+        fresh = [s for (_, s), b in zip(planned, births, strict=True) if not (b and b.reported)]
+        heard = len(fresh) < len(planned) and not any(
+            find_mismatch(session, report.requested) for session in fresh
+        )
+        for birth in filter(None, births):
             birth.reported = True
         kept = attribute is not None and devices[-1][0] == aligned  # the attribute's own, checked
         outcome = (
             "" if attribute is None or kept else _write_back(model, factory, attribute, aligned)
         )
-        warn = used.warn and not heard and not (followed and kept)  # a change it survives: DEBUG
+        # A later session or a provider change that the fallen-back model survives: DEBUG.
+        warn = used.warn and not heard and not ((followed or opened_later) and kept)
         if warn or logger.isEnabledFor(logging.DEBUG):  # else nothing is said
             details = Details(
                 applied=attribute is not None and not outcome,
@@ -205,9 +213,12 @@ class Load:
             if device is not None:
                 devices.append((device, source))
         asking: Sessions = []
+        heard: Sessions = []  # reported already: planned last
         for pair, birth in zip(sessions, births, strict=True) if recorded else ():
-            if birth is not None and birth.asked:
-                asking.append(pair)
+            if birth is not None and not birth.asked:
+                continue  # asked for the CPU alone: it runs there on purpose
+            (heard if birth is not None and birth.reported else asking).append(pair)
+            if birth is not None:  # else made before the call: what it asked for is unknown
                 source = f"the providers session {pair[0]!r} asked for"
                 devices.append((as_device(birth.device, "device"), source))
         if attribute is not None:
@@ -219,7 +230,8 @@ class Load:
         elif not devices and not recorded:
             raise _no_device(model, self.factory)
         dropped = [b for b in births if b is not None and b.dropped] if recorded else []
-        return devices, asking, dropped
+        dropped.sort(key=lambda birth: birth.reported)  # the one a report explains first
+        return devices, [*asking, *heard], dropped
 
     def _wait(self, model: object, searched: tuple[str, ...]) -> None:
         """Leave a model without a session to be checked when its sessions are born."""
@@ -277,15 +289,17 @@ class Load:
 
 
 def _named(model: object, born: list[object]) -> Sessions:
-    """Born sessions named by the attribute holding them, else by their file (`#n` if twice)."""
-    held = {id(value): name for name, value in instance_attributes(model)}
+    """Born sessions named by the attribute holding them, else by their file (`#n` if twice);
+    then the sessions made before the call that the model holds in its own attributes."""
+    attributes = instance_attributes(model)
+    held = {id(value): name for name, value in attributes}
     names = [
         held.get(id(s)) or (os.path.basename(birth.file) if (birth := birth_of(s)) else "session")
         for s in born
     ]
     if len(set(names)) < len(names):
         names = [name if names.count(name) == 1 else f"{name}#{n}" for n, name in enumerate(names)]
-    return list(zip(names, born, strict=True))
+    return [*zip(names, born, strict=True), *sessions_among(attributes, set(map(id, born)))]
 
 
 def _packages(factory: object | None) -> tuple[str, ...]:
