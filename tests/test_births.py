@@ -121,6 +121,11 @@ class TestWatch:
         assert birth_of(pair).device == "cuda:1"  # type: ignore[union-attr]
         assert birth_of(listed).device == "cuda:2"  # type: ignore[union-attr]
 
+    def test_a_pair_written_as_a_list_is_read(self) -> None:
+        """onnxruntime refuses `[name, options]` and falls back to the CPU: a drop, reported."""
+        with watch_sessions(resolution_mode="fail"), pytest.raises(EnvironmentConfigurationError):
+            session([["CUDAExecutionProvider", {"device_id": 1}], "CPUExecutionProvider"])
+
     def test_a_subclass_is_observed_once(self, caught: list[warnings.WarningMessage]) -> None:
         """A subclass of InferenceSession calling super().__init__ is one birth."""
 

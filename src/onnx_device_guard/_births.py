@@ -410,7 +410,7 @@ def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birt
         providers = kwargs.get("providers", providers)
         options = kwargs.get("provider_options", options)
     asked: list[tuple[str, Mapping[str, Any]]] = [
-        provider if isinstance(provider, tuple) else (provider, options[n] if options else {})
+        (provider, options[n] if options else {}) if isinstance(provider, str) else tuple(provider)
         for n, provider in enumerate(providers or ())
     ]
     if not providers and sess_options is not None:
