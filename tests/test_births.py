@@ -30,6 +30,7 @@ from onnx_device_guard import (
     EnvironmentConfigurationError,
     align_device_with_onnx_session,
     device_guard,
+    device_policy,
     example_model,
     patch,
     watch_sessions,
@@ -884,6 +885,30 @@ class TestWhoOwnsABirth:
                     await model.warming
 
         asyncio.run(main())
+
+    def test_a_session_opened_later_is_checked_with_the_loads_settings(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """The scope the model was loaded in decides, not the one its session is opened in."""
+
+        class Lazy:
+            def __init__(self) -> None:
+                self.session, self.device = None, "cuda"
+
+            def open(self) -> None:
+                self.session = session()
+
+        load = device_guard(Lazy)
+        with device_policy(resolution_mode="fail"):
+            strict = load()
+        with device_policy(warn=False):
+            quiet = load()
+        with pytest.raises(EnvironmentConfigurationError):
+            strict.open()
+        with device_policy(resolution_mode="fail"):
+            quiet.open()  # the load's "fallback" holds
+        assert quiet.device == "cpu"
+        assert fallbacks(caught) == []
 
     def test_a_helper_handed_the_model_does_not_open_its_sessions(
         self, caught: list[warnings.WarningMessage]

@@ -376,6 +376,21 @@ class TestClass:
         assert dict(vars(models.Pipeline)) == before
         assert models.Pipeline().device == "cuda"
 
+    def test_a_class_held_by_a_class_is_guarded_in_place(self) -> None:
+        """`module:Outer.Inner` is guarded as a class: the same object, its subclasses too."""
+        module: Any = types.ModuleType(f"nested_{next(_names)}")
+        exec(MODELS, vars(module))  # the test module's own source
+        module.Outer = type("Outer", (), {"Inner": module.Pipeline})
+        sys.modules[module.__name__] = module
+        try:
+            inner = module.Outer.Inner
+            with patch(f"{module.__name__}:Outer.Inner"):
+                assert module.Outer.Inner is inner
+                assert type("Sub", (inner,), {})().device == "cpu"
+            assert module.Outer.Inner().device == "cuda"
+        finally:
+            del sys.modules[module.__name__]
+
     def test_a_class_guarded_in_its_source_stays_guarded_after_undo(
         self, loaded_package: FakePackage
     ) -> None:
@@ -542,6 +557,21 @@ class TestReload:
             assert models.Loader.from_pretrained().device == "cpu"
             assert models.SubLoader.from_pretrained().device == "cpu"
         assert models.Loader.from_pretrained().device == "cuda"
+
+    def test_a_module_patched_through_another_name_first_is_patched_again(
+        self, loaded_package: FakePackage
+    ) -> None:
+        """`app:load_model` patched first, then `models:load`: a reload of models is patched."""
+        models = loaded_package.module(".models")
+        alias = patch(loaded_package.target(".app:load_model"))
+        handle = patch(loaded_package.target(".models:load"))
+        alias.undo()  # the first name's patch is kept while the second holds it
+        assert models.load().device == "cpu"
+        importlib.reload(models)
+        assert models.load().device == "cpu"
+        assert handle.active
+        handle.undo()
+        assert models.load().device == "cuda"
 
     def test_reloading_a_package_that_reexports_wraps_nothing_twice(
         self, loaded_package: FakePackage

@@ -96,7 +96,7 @@ class Load:
     born: tuple[Callable[[], object], ...] = ()
     """The sessions born during the load, held weakly."""
     made_with: Resolved | None = None
-    """The settings a followed load was made with, kept for a change."""
+    """The settings of the load, kept for its sessions born later and its providers' changes."""
     said: list[tuple[object, str]] | None = None
     """What the call asked for, read once (a `device=` callable runs once per load)."""
 
@@ -116,7 +116,7 @@ class Load:
 
     def born_later(self, model: object, session: object) -> torch.device | None:
         """Align `model`, which had no session at its load, with all it opened since then."""
-        self.born, self.made_with = (*self.born, weakref.ref(session)), None  # policy of now
+        self.born = (*self.born, weakref.ref(session))
         return self.align(model, opened_later=True)
 
     def changed(self, model: object, *change: object) -> None:
@@ -133,7 +133,8 @@ class Load:
             self.factory = factory = getattr(factory, "__func__", factory)  # unbound
             self.args, self.kwargs = (), {}
         sessions, searched, unreached = self._sessions(model)
-        used = self.made_with or options.settings.over(current_policy())  # a bad variable raises
+        # The load's settings, for a session born later and a provider change too.
+        used = self.made_with = self.made_with or options.settings.over(current_policy())
         if unreached:
             _unreached(model, factory, unreached, used.resolution_mode == "fail" and not sessions)
         if not sessions:
@@ -143,8 +144,7 @@ class Load:
         devices, asking, dropped = self._devices(model, sessions, attribute)
         if not devices:
             return None  # sessions that asked for the CPU only, and no device anywhere
-        if options.follow and self.made_with is None:  # a change is not followed again
-            self.made_with = used
+        if options.follow and not followed:  # a change is not followed again
             watch(model, sessions, self.changed, key=id(options), origin=self.origin)
 
         def note() -> str:  # written only when a message needs it
