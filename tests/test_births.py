@@ -33,6 +33,7 @@ from onnx_device_guard import (
     device_policy,
     example_model,
     patch,
+    realign,
     watch_sessions,
 )
 from onnx_device_guard._births import birth_of
@@ -542,6 +543,57 @@ class TestOneReportPerLoad:
         model()
         model.classify()
         assert model.device == "cpu"
+        assert len(fallbacks(caught)) == 1
+
+    def test_a_report_quiets_only_the_loads_around_it(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A second load on a cached session, and a realign, report again: they are not nested."""
+        with watch_sessions():  # observed at birth: it asked for the CPU alone
+            cached = session(CPU)
+        assert birth_of(cached) is not None
+
+        @device_guard
+        def load(device: str = "cuda") -> Any:
+            return types.SimpleNamespace(session=cached, device=device)
+
+        first, second = load(), load()
+        first.device = "cuda"
+        realign(first)
+        assert (first.device, second.device) == ("cpu", "cpu")
+        assert len(fallbacks(caught)) == 3
+
+    def test_an_inner_load_failing_in_fail_mode_is_not_reported_again_by_the_watch(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """The inner load's error is the report: the watch adds no warning to it."""
+
+        @device_guard(resolution_mode="fail")
+        def inner(device: str = "cuda") -> Any:
+            return types.SimpleNamespace(session=session(), device=device)
+
+        @device_guard
+        def outer() -> Any:
+            return inner()
+
+        with watch_sessions(), pytest.raises(EnvironmentConfigurationError, match="'cuda'"):
+            outer()
+        assert fallbacks(caught) == []
+
+    def test_a_lazy_model_already_on_the_cpu_reports_its_first_drop(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """Its attribute says 'cpu', its session asked for CUDA and lost it: one warning."""
+
+        class Lazy:
+            def __init__(self) -> None:
+                self.session, self.device = None, "cpu"
+
+            def open(self) -> None:
+                self.session = session()
+
+        model = device_guard(Lazy)()
+        model.open()
         assert len(fallbacks(caught)) == 1
 
     def test_sessions_built_in_worker_threads_are_the_loads(

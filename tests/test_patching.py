@@ -558,21 +558,6 @@ class TestReload:
             assert models.SubLoader.from_pretrained().device == "cpu"
         assert models.Loader.from_pretrained().device == "cuda"
 
-    def test_a_module_patched_through_another_name_first_is_patched_again(
-        self, loaded_package: FakePackage
-    ) -> None:
-        """`app:load_model` patched first, then `models:load`: a reload of models is patched."""
-        models = loaded_package.module(".models")
-        alias = patch(loaded_package.target(".app:load_model"))
-        handle = patch(loaded_package.target(".models:load"))
-        alias.undo()  # the first name's patch is kept while the second holds it
-        assert models.load().device == "cpu"
-        importlib.reload(models)
-        assert models.load().device == "cpu"
-        assert handle.active
-        handle.undo()
-        assert models.load().device == "cuda"
-
     def test_reloading_a_package_that_reexports_wraps_nothing_twice(
         self, loaded_package: FakePackage
     ) -> None:

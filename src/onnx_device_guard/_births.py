@@ -84,17 +84,18 @@ _LOAD: ContextVar[collecting | None] = ContextVar("onnx_device_guard_load", defa
 class collecting:  # noqa: N801 - a context manager, named for what its block does
     """Collect the sessions born in this context during the block; an outer load gets them too."""
 
-    __slots__ = ("_outer", "_token", "born", "frame")
+    __slots__ = ("_outer", "_token", "born", "frame", "heard")
 
-    def __enter__(self) -> list[object]:
+    def __enter__(self) -> collecting:
         _LOADS.append(None)  # before `use`: an unhook from now on waits for this load
         if not (_permanent and (_hooks or _waiting_for_import)):
             use(permanent=True)
         self.born: list[object] = []
+        self.heard: set[int] = set()  # ids of the sessions an inner load has reported on
         self.frame: types.FrameType | None = sys._getframe(1)  # the load's, for _pending_owner
         self._outer = _LOAD.get()
         self._token = _LOAD.set(self)
-        return self.born
+        return self
 
     def __exit__(self, *exc_info: object) -> None:
         _LOADS.pop()
@@ -149,6 +150,12 @@ def stop_waiting(origin: object) -> None:
     for key, (_, _, guarded_by) in list(_PENDING.items()):
         if guarded_by is origin:
             _forget(_PENDING, key, None)
+
+
+def heard_by_outer(sessions: list[tuple[str, object]]) -> None:
+    """Sessions a load has reported on: the load open around it, if any, says no more."""
+    if (outer := _open(_LOAD.get())) is not None:
+        outer.heard.update(id(session) for _, session in sessions)
 
 
 def unclaimed(sessions: list[object]) -> None:

@@ -135,14 +135,14 @@ def _align(
     cls: type,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    born: list[object] | None = None,
+    collected: collecting | None = None,
 ) -> None:
     """Align a new `instance` of `cls` with the options of the nearest guarded class."""
     for klass in cls.__mro__:
         guard = class_guard(klass)
         if guard is not None:
             load = Load(guard.options, cls, args, kwargs, signature_of(cls), guard.origin)
-            align_model(instance, load, born)
+            align_model(instance, load, collected)
             return
 
 
@@ -151,12 +151,12 @@ def _new_wrapper(cls: type, new: Any) -> Any:
     signature = read_signature(cls)  # what the class is called with, read before the change
 
     def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-        with collecting() as born:
+        with collecting() as collected:
             instance = _own_or_inherited(cls, new, "__new__", klass)(klass, *args, **kwargs)
         if not isinstance(instance, klass):
-            _align(instance, klass, args, kwargs, born)
+            _align(instance, klass, args, kwargs, collected)
         else:  # its __init__ runs next, in a load of its own
-            unclaimed(born)
+            unclaimed(collected.born)
         return instance
 
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"
@@ -211,11 +211,11 @@ def _construct(
         return
     ids.add(key)
     try:
-        with collecting() as born:
+        with collecting() as collected:
             init(instance, *args, **kwargs)
     finally:
         ids.discard(key)
-    _align(instance, type(instance), args, kwargs, born)
+    _align(instance, type(instance), args, kwargs, collected)
 
 
 def _inherited_init(cls: type) -> Callable[..., None]:

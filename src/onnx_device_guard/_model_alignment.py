@@ -13,14 +13,23 @@ import logging
 import os
 import types
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
 
 from ._alignment import Details, Fallback, find_mismatch, plan_alignment, report_fallback
-from ._births import Birth, await_births, birth_of, collecting, settle, unclaimed, why_dropped
+from ._births import (
+    Birth,
+    await_births,
+    birth_of,
+    collecting,
+    heard_by_outer,
+    settle,
+    unclaimed,
+    why_dropped,
+)
 from ._devices import DeviceLike, as_device
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
@@ -51,9 +60,14 @@ _SEARCHED_SHOWN = 12
 """How many of the searched attribute paths an error lists."""
 
 
-def align_model(model: object, load: Load, born: list[object] | None = None) -> torch.device | None:
-    """Align `model` with its sessions (`born` during the `load`); `None` for one with none yet."""
+def align_model(
+    model: object, load: Load, collected: collecting | None = None
+) -> torch.device | None:
+    """Align `model` with its sessions (`collected` in the `load`); `None` for one with none yet."""
     named = load.options.session_attr is not None
+    born = None if collected is None else collected.born
+    if collected is not None:
+        load.heard = collected.heard
     if born and not named:
         load.born = tuple(map(weakref.ref, born))  # recorded at birth, so weakly referenced
     try:
@@ -67,17 +81,17 @@ def align_model(model: object, load: Load, born: list[object] | None = None) -> 
 
 def call_and_align(load: Load) -> Any:
     """Make the `load`'s call, collecting the sessions born meanwhile, then align its model."""
-    with collecting() as born:  # which puts the hooks in place
+    with collecting() as collected:  # which puts the hooks in place
         model = load.factory(*load.args, **load.kwargs)  # type: ignore[operator]
-    align_model(model, load, born)
+    align_model(model, load, collected)
     return model
 
 
 async def call_and_align_async(load: Load) -> Any:
     """`call_and_align` for an `async def` factory: aligned once the coroutine has finished."""
-    with collecting() as born:  # which puts the hooks in place
+    with collecting() as collected:  # which puts the hooks in place
         model = await load.factory(*load.args, **load.kwargs)  # type: ignore[operator]
-    align_model(model, load, born)
+    align_model(model, load, collected)
     return model
 
 
@@ -99,6 +113,10 @@ class Load:
     """The settings of the load, kept for its sessions born later and its providers' changes."""
     said: list[tuple[object, str]] | None = None
     """What the call asked for, read once (a `device=` callable runs once per load)."""
+    heard: Collection[int] = ()
+    """The ids of the sessions an inner load reported on during this one."""
+    warned: bool = False
+    """Whether a session born later has been reported: the next ones are DEBUG."""
 
     def device_argument(self) -> object:
         """The call's `device` argument (or `None`), read without binding the rest."""
@@ -152,24 +170,18 @@ class Load:
             return f"{text}. {why_dropped(dropped[0].asked[0])}" if dropped else text
 
         planned = asking or sessions
-        aligned, report, source = self._plan(model, planned, devices, used, note)
+        aligned, report, source = self._plan(model, planned, devices, note, dropped)
         if report is None:
             return aligned
-        # Heard already (from an inner load, or the watch) unless a session not reported yet
-        # cannot read the device: those are planned first, so the report names one of them.
-        births = [None if followed else birth_of(session) for _, session in planned]  # news
-        fresh = [s for (_, s), b in zip(planned, births, strict=True) if not (b and b.reported)]
-        heard = len(fresh) < len(planned) and not any(
-            find_mismatch(session, report.requested) for session in fresh
-        )
-        for birth in filter(None, births):
-            birth.reported = True
+        heard = self._heard(planned, dropped, report.requested, followed)
         kept = attribute is not None and devices[-1][0] == aligned  # the attribute's own, checked
         outcome = (
             "" if attribute is None or kept else _write_back(model, factory, attribute, aligned)
         )
-        # A later session or a provider change that the fallen-back model survives: DEBUG.
-        warn = used.warn and not heard and not ((followed or opened_later) and kept)
+        # A provider change, or a session born after one was reported, that it survives: DEBUG.
+        survived = kept and (followed or (opened_later and self.warned))
+        warn = used.warn and not heard and not survived
+        self.warned = self.warned or (warn and opened_later)
         if warn or logger.isEnabledFor(logging.DEBUG):  # else nothing is said
             details = Details(
                 applied=attribute is not None and not outcome,
@@ -181,6 +193,27 @@ class Load:
             )
             report_fallback(report, warn, details)
         return aligned
+
+    def _heard(
+        self, planned: Sessions, dropped: list[Birth], requested: torch.device, followed: bool
+    ) -> bool:
+        """Whether an inner load (or the watch) reported this fallback already; marks it reported.
+
+        It did unless a session not reported yet cannot read `requested`: those are planned
+        first, so that the report names one of them. A provider change is news.
+        """
+        births = [None if followed else birth_of(session) for _, session in planned]
+        fresh = [
+            s
+            for (_, s), b in zip(planned, births, strict=True)
+            if not (b and b.reported) and (followed or id(s) not in self.heard)
+        ]
+        for birth in dropped:
+            birth.reported = True
+        heard_by_outer(planned)
+        return len(fresh) < len(planned) and not any(
+            find_mismatch(session, requested) for session in fresh
+        )
 
     def _sessions(self, model: object) -> Found:
         """The sessions born in the load, else those on the model; refuses a non-model."""
@@ -257,10 +290,11 @@ class Load:
         model: object,
         sessions: Sessions,
         devices: list[tuple[torch.device, str]],
-        settings: Resolved,
         note: Callable[[], str],
+        dropped: list[Birth],
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device once; the last aligned, the first fallback, its source."""
+        settings = cast(Resolved, self.made_with)  # set by `align` before it plans
         first: tuple[Fallback | None, str] = (None, "")
         aligned: dict[torch.device, torch.device] = {}
         for requested, source in devices:
@@ -271,6 +305,8 @@ class Load:
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error
             except EnvironmentConfigurationError as error:
+                for birth in dropped:  # the error is their report: the watch does not repeat it
+                    birth.reported = True
                 single = "" if len(sessions) > 1 else f"; session {sessions[0][0]!r}"
                 where = f" ({context(model, self.factory)}{single}; device from {source}{note()})"
                 raise in_context(error, after=where) from None

@@ -134,12 +134,13 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
     with _lock:
         installation = _installed.get(target)
         if installation is None:
-            installation = _Installation(target, match["module"], match["path"], options)
-            module = sys.modules.get(installation.module_name)
-            if module is not None:  # else _ImportFinder applies it as the module is imported
-                installation.apply(module)  # adds nothing where another target's patch is
-            _installed[target] = installation  # so that a reload of its module patches it again
-            use()  # sessions are observed at birth while the patch is in place
+            new = _Installation(target, match["module"], match["path"], options)
+            module = sys.modules.get(new.module_name)
+            # Else _ImportFinder applies it as the module is imported.
+            installation = new if module is None else new.apply(module)
+            if installation is new:
+                _installed[target] = new
+                use()  # sessions are observed at birth while the patch is in place
         elif installation.options != options:
             raise ModelInputError(
                 f"{target!r} is already patched with other options ({installation.options}); "
@@ -252,9 +253,12 @@ class Patch(contextlib.AbstractContextManager["Patch"]):
             >>> del sys.modules["undone"]
         """
         with _lock:
-            if not self._undone:
-                self._undone = True
-                self._installation.let_go()
+            if self._undone:
+                return
+            self._undone = True
+            self._installation.handles -= 1
+            if self._installation.handles == 0:
+                self._installation.stop()
 
     def __exit__(self, *exc_info: object) -> None:
         self.undo()
@@ -277,12 +281,6 @@ class _Installation:
     lost: bool = False
     undo_steps: list[Callable[[], None]] = field(default_factory=list)
 
-    def let_go(self) -> None:
-        """Drop one handle; the last one stops the patch."""
-        self.handles -= 1
-        if self.handles == 0:
-            self.stop()
-
     def stop(self) -> None:
         """Put back what the patch replaced; the models it guarded stop following and waiting."""
         self.cancelled = True
@@ -299,8 +297,8 @@ class _Installation:
             del _installed[self.target]
             release()
 
-    def apply(self, module: types.ModuleType) -> None:
-        """Patch `module`, unless the target is patched already (by a reload, or another name)."""
+    def apply(self, module: types.ModuleType) -> _Installation:
+        """Patch `module`; the patch that holds the target: this one, or one of another name."""
         try:
             owner, name, original = wrapt.resolve_path(module, self.path)
         except wrapt.PathResolutionError:
@@ -315,9 +313,6 @@ class _Installation:
                     f"patch({self.target!r}): it is already patched as {other.target!r} with "
                     f"other options ({other.options}); patch it with those, or undo that patch."
                 )
-            if other is not self:  # held through another name's patch: kept while this one is
-                other.handles += 1
-                self.undo_steps.append(other.let_go)
         elif not isinstance(original, type) and (why := _not_patchable(original)):
             raise ModelInputError(
                 f"patch({self.target!r}): it is {why}. Guard a Python function of yours "
@@ -329,6 +324,7 @@ class _Installation:
             self.undo_steps.append(functools.partial(unguard_class, original, self))
         else:
             self._wrap(owner, name, original)
+        return other or self
 
     def _wrap(self, owner: object, name: str, original: object) -> None:
         """Wrap a method on its class, or a function in its module and every copy of it."""
