@@ -563,6 +563,35 @@ class TestOneReportPerLoad:
         assert (first.device, second.device) == ("cpu", "cpu")
         assert len(fallbacks(caught)) == 3
 
+    def test_a_cached_dropped_session_is_reported_by_each_load(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """Reported once at its birth's load does not quiet a later, separate load."""
+        cache: list[Any] = []
+
+        @device_guard
+        def load(device: str = "cuda") -> Any:
+            cache[:] = cache or [session()]
+            return types.SimpleNamespace(session=cache[0], device=device)
+
+        load()
+        load()
+        assert len(fallbacks(caught)) == 2
+
+    def test_a_load_refused_by_the_guard_leaves_its_sessions_to_the_watch(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A factory that made a session and returned None: the watch reports the session."""
+        kept = []
+
+        @device_guard
+        def load() -> None:
+            kept.append(session())
+
+        with watch_sessions(), pytest.raises(DeviceGuardError, match="NoneType"):
+            load()
+        assert len(fallbacks(caught)) == 1
+
     def test_an_inner_load_failing_in_fail_mode_is_not_reported_again_by_the_watch(
         self, caught: list[warnings.WarningMessage]
     ) -> None:
@@ -579,6 +608,28 @@ class TestOneReportPerLoad:
         with watch_sessions(), pytest.raises(EnvironmentConfigurationError, match="'cuda'"):
             outer()
         assert fallbacks(caught) == []
+
+    def test_a_lazy_models_drop_after_another_warning_is_reported(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A CPU-alone session warned first; a session that then loses CUDA warns too."""
+
+        class Lazy:
+            def __init__(self) -> None:
+                self.device, self.first, self.second = "cuda", None, None
+
+            def open(self) -> None:
+                self.first = session(CPU)
+
+            def open_gpu(self) -> None:
+                self.second = session()
+
+        model = device_guard(Lazy)()
+        model.open()
+        model.open_gpu()
+        cpu_alone, dropped = fallbacks(caught)
+        assert "device 'cuda'" in cpu_alone
+        assert "device 'cuda:0'" in dropped  # what the second session asked for
 
     def test_a_lazy_model_already_on_the_cpu_reports_its_first_drop(
         self, caught: list[warnings.WarningMessage]

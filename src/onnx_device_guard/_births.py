@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import sys
@@ -45,7 +46,9 @@ class Birth:
     """The `device_id` asked of the first of them (0 when none was given)."""
     got: tuple[str, ...]
     reported: bool = False
-    """Whether its fallback was reported already, so that no one reports it again."""
+    """Whether its fallback was reported already, so that no watch reports it again."""
+    number: int = 0
+    """Its place in the order of births, to tell a load which sessions were born during it."""
 
     @property
     def device(self) -> str | None:
@@ -62,6 +65,7 @@ class Birth:
         return list(self.got)
 
 
+_NUMBERS = itertools.count(1)
 _RECORDS: dict[int, tuple[weakref.ref[Any], Birth]] = {}
 """The birth of each observed session alive, by id: a weak reference to it, whose end drops it."""
 _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[str, Mapping[str, str]]]] = (
@@ -84,7 +88,7 @@ _LOAD: ContextVar[collecting | None] = ContextVar("onnx_device_guard_load", defa
 class collecting:  # noqa: N801 - a context manager, named for what its block does
     """Collect the sessions born in this context during the block; an outer load gets them too."""
 
-    __slots__ = ("_outer", "_token", "born", "frame", "heard")
+    __slots__ = ("_outer", "_token", "born", "frame", "heard", "since")
 
     def __enter__(self) -> collecting:
         _LOADS.append(None)  # before `use`: an unhook from now on waits for this load
@@ -92,6 +96,7 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
             use(permanent=True)
         self.born: list[object] = []
         self.heard: set[int] = set()  # ids of the sessions an inner load has reported on
+        self.since = next(_NUMBERS)  # the births numbered after it were born during the block
         self.frame: types.FrameType | None = sys._getframe(1)  # the load's, for _pending_owner
         self._outer = _LOAD.get()
         self._token = _LOAD.set(self)
@@ -429,7 +434,7 @@ def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birt
     else:  # escaped where it is shown
         file = str(os.fspath(source)) if source is not None else "<no model>"
     got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
-    return Birth(file, tuple(name for name, _ in gpu), device_id or 0, got)
+    return Birth(file, tuple(name for name, _ in gpu), device_id or 0, got, number=next(_NUMBERS))
 
 
 # --- reporting a birth on its own -------------------------------------------

@@ -67,11 +67,16 @@ def align_model(
     named = load.options.session_attr is not None
     born = None if collected is None else collected.born
     if collected is not None:
-        load.heard = collected.heard
+        load.heard, load.since = collected.heard, collected.since
     if born and not named:
         load.born = tuple(map(weakref.ref, born))  # recorded at birth, so weakly referenced
     try:
         aligned = load.align(model)
+    except BaseException:
+        if born:  # no model aligned: its sessions are the watch's (but those its error reports)
+            unclaimed(born)
+        raise
+    else:
         if born and named:  # those it does not name are the watch's
             unclaimed(born)
     finally:  # the hooks an undo left to the loads in flight go once the last is aligned
@@ -115,8 +120,10 @@ class Load:
     """What the call asked for, read once (a `device=` callable runs once per load)."""
     heard: Collection[int] = ()
     """The ids of the sessions an inner load reported on during this one."""
-    warned: bool = False
-    """Whether a session born later has been reported: the next ones are DEBUG."""
+    since: int | None = None
+    """The births numbered after it were born during the load (a watch may have reported them)."""
+    warned: tuple[object, ...] = ()
+    """The last fallback warned about for a session born later: the same again is DEBUG."""
 
     def device_argument(self) -> object:
         """The call's `device` argument (or `None`), read without binding the rest."""
@@ -178,10 +185,12 @@ class Load:
         outcome = (
             "" if attribute is None or kept else _write_back(model, factory, attribute, aligned)
         )
-        # A provider change, or a session born after one was reported, that it survives: DEBUG.
-        survived = kept and (followed or (opened_later and self.warned))
+        # A provider change it survives, or a later session that repeats the warned fallback: DEBUG.
+        fallback = (report.requested, aligned, bool(dropped))
+        survived = kept and (followed or (opened_later and self.warned == fallback))
         warn = used.warn and not heard and not survived
-        self.warned = self.warned or (warn and opened_later)
+        if warn and opened_later:
+            self.warned = fallback
         if warn or logger.isEnabledFor(logging.DEBUG):  # else nothing is said
             details = Details(
                 applied=attribute is not None and not outcome,
@@ -197,23 +206,24 @@ class Load:
     def _heard(
         self, planned: Sessions, dropped: list[Birth], requested: torch.device, followed: bool
     ) -> bool:
-        """Whether an inner load (or the watch) reported this fallback already; marks it reported.
+        """Whether a load inside this one reported this fallback already; marks it reported.
 
-        It did unless a session not reported yet cannot read `requested`: those are planned
-        first, so that the report names one of them. A provider change is news.
+        It did unless a session it did not report on cannot read `requested`: those are
+        planned first, so that the report names one of them. A provider change is news.
         """
-        births = [None if followed else birth_of(session) for _, session in planned]
-        fresh = [
-            s
-            for (_, s), b in zip(planned, births, strict=True)
-            if not (b and b.reported) and (followed or id(s) not in self.heard)
-        ]
-        for birth in dropped:
+        fresh = [s for _, s in planned if followed or not self._heard_of(s)]
+        for birth in dropped:  # the watch does not report them again
             birth.reported = True
         heard_by_outer(planned)
         return len(fresh) < len(planned) and not any(
             find_mismatch(session, requested) for session in fresh
         )
+
+    def _heard_of(self, session: object) -> bool:
+        """Whether an inner load, or a watch during the load (in a worker thread), reported it."""
+        birth = birth_of(session)
+        during = birth is not None and self.since is not None and birth.number > self.since
+        return id(session) in self.heard or (during and birth.reported)  # type: ignore[union-attr]
 
     def _sessions(self, model: object) -> Found:
         """The sessions born in the load, else those on the model; refuses a non-model."""
@@ -250,7 +260,7 @@ class Load:
         for pair, birth in zip(sessions, births, strict=True) if recorded else ():
             if birth is not None and not birth.asked:
                 continue  # asked for the CPU alone: it runs there on purpose
-            (heard if birth is not None and birth.reported else asking).append(pair)
+            (heard if id(pair[1]) in self.heard else asking).append(pair)
             if birth is not None:  # else made before the call: what it asked for is unknown
                 source = f"the providers session {pair[0]!r} asked for"
                 devices.append((as_device(birth.device, "device"), source))
@@ -307,6 +317,7 @@ class Load:
             except EnvironmentConfigurationError as error:
                 for birth in dropped:  # the error is their report: the watch does not repeat it
                     birth.reported = True
+                heard_by_outer(sessions)  # nor does a load around this one
                 single = "" if len(sessions) > 1 else f"; session {sessions[0][0]!r}"
                 where = f" ({context(model, self.factory)}{single}; device from {source}{note()})"
                 raise in_context(error, after=where) from None
