@@ -221,9 +221,10 @@ class Load:
 
     def _heard_of(self, session: object) -> bool:
         """Whether an inner load, or a watch during the load (in a worker thread), reported it."""
+        if id(session) in self.heard:
+            return True
         birth = birth_of(session)
-        during = birth is not None and self.since is not None and birth.number > self.since
-        return id(session) in self.heard or (during and birth.reported)  # type: ignore[union-attr]
+        return birth is not None and birth.reported and birth.number > (self.since or birth.number)
 
     def _sessions(self, model: object) -> Found:
         """The sessions born in the load, else those on the model; refuses a non-model."""
@@ -256,7 +257,7 @@ class Load:
             if device is not None:
                 devices.append((device, source))
         asking: Sessions = []
-        heard: Sessions = []  # reported already: planned last
+        heard: Sessions = []  # an inner load reported on them: planned last
         for pair, birth in zip(sessions, births, strict=True) if recorded else ():
             if birth is not None and not birth.asked:
                 continue  # asked for the CPU alone: it runs there on purpose
@@ -273,7 +274,7 @@ class Load:
         elif not devices and not recorded:
             raise _no_device(model, self.factory)
         dropped = [b for b in births if b is not None and b.dropped] if recorded else []
-        dropped.sort(key=lambda birth: birth.reported)  # the one a report explains first
+        dropped.sort(key=lambda birth: birth.reported)  # a new drop is the one a report explains
         return devices, [*asking, *heard], dropped
 
     def _wait(self, model: object, searched: tuple[str, ...]) -> None:
