@@ -1074,8 +1074,33 @@ class TestWhoOwnsABirth:
         with watch_sessions(), pytest.raises(FileNotFoundError):
             load()
         assert len(fallbacks(caught)) == 1
-        with watch_sessions(resolution_mode="fail"), pytest.raises(EnvironmentConfigurationError):
-            load()
+        with watch_sessions(resolution_mode="fail"), pytest.raises(FileNotFoundError):
+            load()  # the load's own error propagates; the watch warns beside it
+        assert len(fallbacks(caught)) == 2
+
+    def test_a_failed_inner_loads_sessions_are_not_the_outer_models(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """An outer load that catches an inner one's error and returns a CPU model is not blamed."""
+
+        @device_guard
+        def inner() -> Any:
+            kept = session()  # asked for CUDA, lost it; then the load fails
+            raise RuntimeError(f"no tokenizer beside {kept}")
+
+        @device_guard(resolution_mode="fail")
+        def outer() -> Any:
+            try:
+                return inner()
+            except RuntimeError:
+                return types.SimpleNamespace(session=session(CPU), device="cpu")
+
+        assert outer().device == "cpu"
+        assert fallbacks(caught) == []
+        with watch_sessions():
+            outer()
+        (text,) = fallbacks(caught)
+        assert text.startswith("onnxruntime dropped CUDAExecutionProvider")
 
     def test_sessions_born_in_new_are_the_loads(self) -> None:
         """A guarded class whose __new__ returns another type is checked on its sessions."""

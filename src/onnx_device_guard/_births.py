@@ -106,11 +106,9 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         _LOADS.pop()
         _LOAD.reset(self._token)
         self.frame = None  # finished: a task it started still sees it, and `_open` skips it
-        if (outer := _open(self._outer)) is not None:
-            outer.born.extend(self.born)
         if exc_info[1] is not None:  # no model to align: its sessions are the watch's, if any
             settle()
-            unclaimed(self.born)
+            left_behind(self.born)
 
 
 def _open(load: collecting | None) -> collecting | None:
@@ -163,12 +161,26 @@ def heard_by_outer(sessions: list[tuple[str, object]]) -> None:
         outer.heard.update(id(session) for _, session in sessions)
 
 
-def unclaimed(sessions: list[object]) -> None:
-    """Sessions a load collected but does not own: an outer load has them, else the watch."""
-    if _WATCHES and _open(_LOAD.get()) is None:
+def pass_on(sessions: list[object], owned: bool) -> None:
+    """Sessions a load has aligned: the load around it has them too; else those it does not
+    own (`session_attr` names others) are the watch's."""
+    if (outer := _open(_LOAD.get())) is not None:
+        outer.born.extend(sessions)
+    elif not owned:
+        _to_watch(sessions, raising=True)
+
+
+def left_behind(sessions: list[object]) -> None:
+    """Sessions of a load that raised, which no model is known to hold: the watch's, even
+    inside another load. In "fail" mode too it warns, so the load's own error propagates."""
+    _to_watch(sessions, raising=False)
+
+
+def _to_watch(sessions: list[object], raising: bool) -> None:
+    if _WATCHES:
         for birth in filter(None, map(birth_of, sessions)):
             if birth.dropped and not birth.reported:
-                report_birth(birth, _WATCHES[0]._settings)
+                report_birth(birth, _WATCHES[0]._settings, raising)
 
 
 def _pending_owner(
@@ -459,7 +471,7 @@ def why_dropped(provider: str) -> str:
     )
 
 
-def report_birth(birth: Birth, settings: Settings | None) -> None:
+def report_birth(birth: Birth, settings: Settings | None, raising: bool = True) -> None:
     """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`."""
     from ._alignment import plan_alignment, warn_at_caller
     from ._options import Settings
@@ -473,7 +485,7 @@ def report_birth(birth: Birth, settings: Settings | None) -> None:
         f"so it cannot read tensors on {birth.device!r}. {why_dropped(provider)}"
     )
     birth.reported = True
-    if used.resolution_mode == "fail":
+    if used.resolution_mode == "fail" and raising:
         raise EnvironmentConfigurationError(problem)  # its help: no data transfer registered
     # The core's check: a fallback device the session cannot read either raises, in its words.
     fallback = str(plan_alignment([("", birth)], used.fallback_device, used)[0])

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._births import collecting, unclaimed
+from ._births import collecting, pass_on
 from ._errors import DeviceGuardError, ModelInputError
 from ._model_alignment import Load, align_model
 from ._options import GuardOptions
@@ -144,6 +144,8 @@ def _align(
             load = Load(guard.options, cls, args, kwargs, signature_of(cls), guard.origin)
             align_model(instance, load, collected)
             return
+    if collected is not None:  # unguarded while it was built: its sessions are not lost
+        pass_on(collected.born, owned=False)
 
 
 def _new_wrapper(cls: type, new: Any) -> Any:
@@ -156,7 +158,7 @@ def _new_wrapper(cls: type, new: Any) -> Any:
         if not isinstance(instance, klass):
             _align(instance, klass, args, kwargs, collected)
         else:  # its __init__ runs next, in a load of its own
-            unclaimed(collected.born)
+            pass_on(collected.born, owned=False)
         return instance
 
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"

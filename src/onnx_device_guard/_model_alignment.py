@@ -26,8 +26,9 @@ from ._births import (
     birth_of,
     collecting,
     heard_by_outer,
+    left_behind,
+    pass_on,
     settle,
-    unclaimed,
     why_dropped,
 )
 from ._devices import DeviceLike, as_device
@@ -74,11 +75,11 @@ def align_model(
         aligned = load.align(model)
     except BaseException:
         if born:  # no model aligned: its sessions are the watch's (but those its error reports)
-            unclaimed(born)
+            left_behind(born)
         raise
     else:
-        if born and named:  # those it does not name are the watch's
-            unclaimed(born)
+        if born:  # the load around it has them too; those it does not name are the watch's
+            pass_on(born, owned=not named)
     finally:  # the hooks an undo left to the loads in flight go once the last is aligned
         settle()
     return aligned
