@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import EnvironmentConfigurationError
 from ._follow import following, on_set_providers
-from ._messages import error_text, logger, short_repr
+from ._messages import ObjectTable, error_text, logger, short_repr
 from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, parse_device_id
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ class Birth:
 
 
 _NUMBERS = itertools.count(1)
-_RECORDS: dict[int, tuple[weakref.ref[Any], Birth]] = {}
-"""The birth of each observed session alive, by id: a weak reference to it, whose end drops it."""
+_RECORDS: ObjectTable[Birth] = ObjectTable()
+"""The birth of each observed session alive."""
 _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[str, Mapping[str, str]]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -76,8 +76,7 @@ _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[str, Mapping[str, str]]]] = (
 
 def birth_of(session: object) -> Birth | None:
     """The birth record of `session`, if it was born while observed."""
-    entry = _RECORDS.get(id(session))
-    return entry[1] if entry is not None and entry[0]() is session else None
+    return _RECORDS.get(session)
 
 
 # --- who owns a birth --------------------------------------------------------
@@ -155,8 +154,11 @@ def stop_waiting(origin: object) -> None:
             _forget(_PENDING, key, None)
 
 
-def heard_by_outer(sessions: list[tuple[str, object]]) -> None:
-    """Sessions a load has reported on: the load open around it, if any, says no more."""
+def reported_by_load(sessions: list[tuple[str, object]], dropped: list[Birth]) -> None:
+    """A load reported on `sessions` (or raised): no watch reports their `dropped` births
+    again, and the load open around it, if any, says no more about them."""
+    for birth in dropped:
+        birth.reported = True
     if (outer := _open(_LOAD.get())) is not None:
         outer.heard.update(id(session) for _, session in sessions)
 
@@ -197,7 +199,7 @@ def _pending_owner(
             return None
         code = frame.f_code
         if code.co_argcount and code.co_varnames[0] == "self":
-            entry = _PENDING.get(id(frame.f_locals.get(code.co_varnames[0])))
+            entry = _PENDING.get(id(frame.f_locals.get("self")))
             if entry is not None and (model := entry[0]()) is not None:
                 return model, entry[1]
         frame = frame.f_back
@@ -404,9 +406,8 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     if not _hooks:  # left inert under another wrapper
         return
     try:
-        birth, key = _record(session, args, kwargs), id(session)
-        end = functools.partial(_RECORDS.pop, key)  # called as pop(key, <the reference>)
-        _RECORDS[key] = (weakref.ref(session, end), birth)
+        birth = _record(session, args, kwargs)
+        _RECORDS.set(session, birth)
     except Exception as error:  # its constructor's result stands, unchecked: say so
         logger.warning(
             f"Could not read what this {type(session).__qualname__} was asked for or runs "

@@ -2,7 +2,7 @@
 
 `on_set_providers` wraps `InferenceSession.set_providers` beside the birth
 hooks (`_births`); a change calls back the models watching that session. The
-watches live in `_FOLLOWED`, by the id of the session while it lives, each
+watches live in `_FOLLOWED`, beside each session while it lives, each
 model held weakly; one session's changes take turns. docs/production.md has the limits.
 """
 
@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
 
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError, in_context
-from ._messages import logger
+from ._messages import ObjectTable, logger
 
 Providers = tuple[str, ...] | None
 """A session's providers in order, or `None` when they could not be read."""
@@ -76,8 +76,8 @@ class _Followers:
         self.watches: dict[Hashable, _Watch] = {}
 
 
-_FOLLOWED: dict[int, tuple[weakref.ref[Any], _Followers]] = {}
-"""The watches of each followed session by its id, with a weak reference whose end drops them."""
+_FOLLOWED: ObjectTable[_Followers] = ObjectTable()
+"""The watches of each followed session."""
 _LOCK = threading.Lock()
 """Guards `_FOLLOWED` and `_WARNED`; never held while user code runs."""
 _WARNED: weakref.WeakSet[type] = weakref.WeakSet()
@@ -120,16 +120,14 @@ def watch(
             _warn_once(_NOT_SESSIONS, type(session), message + _AT_LOAD_ONLY, logging.DEBUG)
             continue
         entry = (id(model), key)
-        followers = followers_of(session)
+        followers = _FOLLOWED.get(session)
         existing = None if followers is None else followers.watches.get(entry)
         if existing is None or existing.model() is not model:  # new, or a dead model's id
             with _LOCK:  # against stop_following: a load racing undo() leaves no watch
                 if origin is not None and origin.cancelled:
                     return 0
-                if (followers := followers_of(session)) is None:
-                    end = functools.partial(_FOLLOWED.pop, id(session))  # pop(id, <reference>)
-                    followers = _Followers()
-                    _FOLLOWED[id(session)] = (weakref.ref(session, end), followers)
+                if (followers := _FOLLOWED.get(session)) is None:
+                    _FOLLOWED.set(session, followers := _Followers())
                 forget = functools.partial(_forget, followers.watches, entry)
                 watched = _Watch(weakref.ref(model, forget), session_name, on_change, origin)
                 followers.watches[entry] = watched
@@ -139,14 +137,13 @@ def watch(
 
 def followers_of(session: object) -> _Followers | None:
     """The watches on `session`, if any model follows it."""
-    entry = _FOLLOWED.get(id(session))
-    return entry[1] if entry is not None and entry[0]() is session else None
+    return _FOLLOWED.get(session)
 
 
 def following() -> bool:
     """Whether a live model follows any session, so that the hooks must stay in place."""
     with _LOCK:
-        return any(followers.watches for _, followers in list(_FOLLOWED.values()))
+        return any(followers.watches for followers in _FOLLOWED.values())
 
 
 def _forget(watches: dict[Hashable, _Watch], entry: Hashable, reference: object) -> None:
@@ -159,7 +156,7 @@ def _forget(watches: dict[Hashable, _Watch], entry: Hashable, reference: object)
 def stop_following(origin: Origin) -> None:
     """Forget every watch made with `origin`."""
     with _LOCK:
-        for _, followers in list(_FOLLOWED.values()):
+        for followers in _FOLLOWED.values():
             for entry, watched in followers.watches.copy().items():
                 if watched.origin is origin:
                     followers.watches.pop(entry, None)

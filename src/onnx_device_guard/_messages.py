@@ -1,11 +1,16 @@
-"""What every layer shares: the logger, the `MISSING` marker, and safe text for messages."""
+"""What every layer shares: the logger, the `MISSING` marker, safe text for messages, and
+`ObjectTable`, which keeps a value beside each live object by the object's identity."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import reprlib
+import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+V = TypeVar("V")
 
 logger = logging.getLogger("onnx_device_guard")
 """The library's one logger. It has only a `NullHandler`: handlers are the application's."""
@@ -51,3 +56,30 @@ def _short(show: Callable[[object], str], value: object, limit: int) -> str:
         return text
     # A control character is escaped, so that no text forges a log line.
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+class ObjectTable(Generic[V]):
+    """A value per live object, by identity: unhashable objects too, and none kept alive.
+
+    An entry goes with its object: the weak reference's callback pops its id, which no
+    other object can have taken while the dying one still holds it.
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[Any], V]] = {}
+
+    def get(self, key: object) -> V | None:
+        """The value kept for `key`, or `None`."""
+        entry = self._entries.get(id(key))
+        return entry[1] if entry is not None and entry[0]() is key else None
+
+    def set(self, key: object, value: V) -> None:
+        """Keep `value` for `key` until `key` is collected."""
+        end = functools.partial(self._entries.pop, id(key))  # called as pop(id, <reference>)
+        self._entries[id(key)] = (weakref.ref(key, end), value)
+
+    def values(self) -> list[V]:
+        """The values kept, read at once (another thread may change the table)."""
+        return [value for _, value in list(self._entries.values())]

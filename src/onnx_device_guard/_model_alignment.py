@@ -25,9 +25,9 @@ from ._births import (
     await_births,
     birth_of,
     collecting,
-    heard_by_outer,
     left_behind,
     pass_on,
+    reported_by_load,
     settle,
     why_dropped,
 )
@@ -213,9 +213,7 @@ class Load:
         planned first, so that the report names one of them. A provider change is news.
         """
         fresh = [s for _, s in planned if followed or not self._heard_of(s)]
-        for birth in dropped:  # the watch does not report them again
-            birth.reported = True
-        heard_by_outer(planned)
+        reported_by_load(planned, dropped)
         return len(fresh) < len(planned) and not any(
             find_mismatch(session, requested) for session in fresh
         )
@@ -317,9 +315,7 @@ class Load:
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error
             except EnvironmentConfigurationError as error:
-                for birth in dropped:  # the error is their report: the watch does not repeat it
-                    birth.reported = True
-                heard_by_outer(sessions)  # nor does a load around this one
+                reported_by_load(sessions, dropped)  # the error is their report
                 single = "" if len(sessions) > 1 else f"; session {sessions[0][0]!r}"
                 where = f" ({context(model, self.factory)}{single}; device from {source}{note()})"
                 raise in_context(error, after=where) from None
