@@ -74,9 +74,8 @@ _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[str, Mapping[str, str]]]] = (
 """The providers each `SessionOptions` was given with `add_provider`."""
 
 
-def birth_of(session: object) -> Birth | None:
-    """The birth record of `session`, if it was born while observed."""
-    return _RECORDS.get(session)
+birth_of = _RECORDS.get
+"""`birth_of(session)`: its birth record, if it was born while observed (a load calls it often)."""
 
 
 # --- who owns a birth --------------------------------------------------------

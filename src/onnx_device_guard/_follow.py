@@ -135,9 +135,8 @@ def watch(
     return followed
 
 
-def followers_of(session: object) -> _Followers | None:
-    """The watches on `session`, if any model follows it."""
-    return _FOLLOWED.get(session)
+followers_of = _FOLLOWED.get
+"""`followers_of(session)`: the watches on it, if any model follows it."""
 
 
 def following() -> bool:
