@@ -7,6 +7,7 @@ the CPU, without an error: the very drop the library exists for.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import importlib
 import itertools
@@ -127,6 +128,20 @@ class TestWatch:
         """onnxruntime refuses `[name, options]` and falls back to the CPU: a drop, reported."""
         with watch_sessions(resolution_mode="fail"), pytest.raises(EnvironmentConfigurationError):
             session([["CUDAExecutionProvider", {"device_id": 1}], "CPUExecutionProvider"])
+
+    @pytest.mark.parametrize("how", ["positional", "keyword"])
+    def test_providers_given_as_an_iterator_are_read_and_reported(self, how: str) -> None:
+        """onnxruntime refuses an iterator and runs on the CPU; the record still reads it."""
+        providers = iter(CUDA)
+        with watch_sessions(resolution_mode="fail"), pytest.raises(EnvironmentConfigurationError):
+            if how == "keyword":
+                session(providers)
+            else:
+                onnxruntime.InferenceSession(example_model(), None, providers)
+        with watch_sessions(warn=False):
+            made = session(iter(CPU))
+        assert made.get_providers() == CPU  # onnxruntime got the providers as given
+        assert birth_of(made).asked == ()  # type: ignore[union-attr]
 
     def test_a_subclass_is_observed_once(self, caught: list[warnings.WarningMessage]) -> None:
         """A subclass of InferenceSession calling super().__init__ is one birth."""
@@ -656,6 +671,25 @@ class TestOneReportPerLoad:
         assert birth_of(model.session) is not None
         assert len(fallbacks(caught)) == 1
 
+
+    def test_a_realign_inside_the_load_is_part_of_it(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A worker thread's session the watch reported is not reported again by a realign."""
+
+        class Model:
+            def __init__(self, session: object) -> None:
+                self.session, self.device = session, "cuda"
+
+        def load() -> Model:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                model = Model(pool.submit(session).result())
+            realign(model)
+            return model
+
+        with watch_sessions():
+            assert device_guard(load)().device == "cpu"
+        assert len(fallbacks(caught)) == 1
 
 class TestRefusals:
     def test_what_can_never_hold_a_session_is_refused(self) -> None:

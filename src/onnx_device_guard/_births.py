@@ -20,7 +20,7 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -107,6 +107,11 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         if exc_info[1] is not None:  # no model to align: its sessions are the watch's, if any
             settle()
             left_behind(self.born)
+
+
+def open_load() -> collecting | None:
+    """The guarded load open in this context (a `realign` in it is part of it), if any."""
+    return _open(_LOAD.get())
 
 
 def _open(load: collecting | None) -> collecting | None:
@@ -401,11 +406,18 @@ def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
 
 def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     """`InferenceSession.__init__`, wrapped: record the birth, hand the session to its owner."""
+    read = args, kwargs  # what the record reads: providers given as an iterator, as a list
+    if len(args) > 2 and isinstance(args[2], Iterator):  # which onnxruntime refuses, on the CPU
+        read = (*args[:2], listed := list(args[2]), *args[3:]), kwargs
+        args = (*args[:2], iter(listed), *args[3:])  # onnxruntime's answer is left as it was
+    elif kwargs and isinstance(kwargs.get("providers"), Iterator):
+        read = args, {**kwargs, "providers": (listed := list(kwargs["providers"]))}
+        kwargs = {**kwargs, "providers": iter(listed)}
     wrapped(*args, **kwargs)
     if not _hooks:  # left inert under another wrapper
         return
     try:
-        birth = _record(session, args, kwargs)
+        birth = _record(session, *read)
         _RECORDS.set(session, birth)
     except Exception as error:  # its constructor's result stands, unchecked: say so
         logger.warning(

@@ -26,6 +26,7 @@ from ._births import (
     birth_of,
     collecting,
     left_behind,
+    open_load,
     pass_on,
     reported_by_load,
     settle,
@@ -67,8 +68,8 @@ def align_model(
     """Align `model` with its sessions (`collected` in the `load`); `None` for one with none yet."""
     named = load.options.session_attr is not None
     born = None if collected is None else collected.born
-    if collected is not None:
-        load.heard, load.since = collected.heard, collected.since
+    if (around := collected or open_load()) is not None:  # `realign` in a load: part of it
+        load.heard, load.since = around.heard, around.since
     if born and not named:
         load.born = tuple(map(weakref.ref, born))  # recorded at birth, so weakly referenced
     try:
