@@ -132,12 +132,10 @@ class TestWatch:
     @pytest.mark.parametrize("how", ["positional", "keyword"])
     def test_providers_given_as_an_iterator_are_read_and_reported(self, how: str) -> None:
         """onnxruntime refuses an iterator and runs on the CPU; the record still reads it."""
-        providers = iter(CUDA)
+        make = session if how == "keyword" else onnxruntime.InferenceSession
+        arguments = (iter(CUDA),) if how == "keyword" else (example_model(), None, iter(CUDA))
         with watch_sessions(resolution_mode="fail"), pytest.raises(EnvironmentConfigurationError):
-            if how == "keyword":
-                session(providers)
-            else:
-                onnxruntime.InferenceSession(example_model(), None, providers)
+            make(*arguments)
         with watch_sessions(warn=False):
             made = session(iter(CPU))
         assert made.get_providers() == CPU  # onnxruntime got the providers as given
@@ -671,7 +669,6 @@ class TestOneReportPerLoad:
         assert birth_of(model.session) is not None
         assert len(fallbacks(caught)) == 1
 
-
     def test_a_realign_inside_the_load_is_part_of_it(
         self, caught: list[warnings.WarningMessage]
     ) -> None:
@@ -690,6 +687,7 @@ class TestOneReportPerLoad:
         with watch_sessions():
             assert device_guard(load)().device == "cpu"
         assert len(fallbacks(caught)) == 1
+
 
 class TestRefusals:
     def test_what_can_never_hold_a_session_is_refused(self) -> None:

@@ -130,16 +130,7 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
         Traceback (most recent call last):
         onnx_device_guard.EnvironmentConfigurationError: The model asks for device 'cuda', ...
     """
-    options = guard_options(
-        resolution_mode=resolution_mode,
-        fallback_device=fallback_device,
-        warn=warn,
-        session_attr=session_attr,
-        device_attr=device_attr,
-        device=device,
-        require_session=require_session,
-        follow=follow,
-    )
+    options = guard_options(locals())  # its parameters, by name
     if wrapped is None:
         return functools.partial(guarded, options=options)
     return guarded(wrapped, options=options)

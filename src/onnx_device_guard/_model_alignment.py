@@ -627,14 +627,5 @@ def realign(  # noqa: PLR0913 - one keyword per documented option
         >>> model.device
         'cpu'
     """
-    options = guard_options(
-        resolution_mode=resolution_mode,
-        fallback_device=fallback_device,
-        warn=warn,
-        session_attr=session_attr,
-        device_attr=device_attr,
-        device=device,
-        require_session=require_session,
-        follow=False,
-    )
+    options = guard_options(locals())  # its parameters, by name
     return align_model(model, Load(options))

@@ -7,7 +7,7 @@ They are plain configuration: they pickle, compare by value and hold no run-time
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -106,27 +106,18 @@ class GuardOptions:
         return ", ".join(given) if given else "no options"
 
 
-def guard_options(  # noqa: PLR0913 - one keyword per documented option
-    *,
-    resolution_mode: object = None,
-    fallback_device: object = None,
-    warn: object = None,
-    session_attr: object = None,
-    device_attr: object = None,
-    device: object = None,
-    require_session: object = None,
-    follow: object = True,
-) -> GuardOptions:
-    """Every option of the guard, checked, as one `GuardOptions`."""
+def guard_options(given: Mapping[str, Any]) -> GuardOptions:
+    """The guard's options in `given` (a caller's `locals()`: its parameters by name), checked."""
+    require_session = given.get("require_session")
     return GuardOptions(
-        settings=settings(resolution_mode, fallback_device, warn),
-        session_attr=_session_source(session_attr),
-        device_attr=None if device_attr is None else _device_attr(device_attr),
-        device=_device_option(device),
+        settings=settings(given["resolution_mode"], given["fallback_device"], given["warn"]),
+        session_attr=_session_source(given["session_attr"]),
+        device_attr=None if given["device_attr"] is None else _device_attr(given["device_attr"]),
+        device=_device_option(given["device"]),
         require_session=None
         if require_session is None
         else check_flag("require_session", require_session),
-        follow=check_flag("follow", follow),
+        follow=check_flag("follow", given.get("follow", False)),
     )
 
 

@@ -120,16 +120,7 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
             f"patch() takes a target such as 'package.module:function', "
             f"'package.module:Class' or 'package.module:Class.method'; got {short_repr(target)}."
         )
-    options = guard_options(
-        resolution_mode=resolution_mode,
-        fallback_device=fallback_device,
-        warn=warn,
-        session_attr=session_attr,
-        device_attr=device_attr,
-        device=device,
-        require_session=require_session,
-        follow=follow,
-    )
+    options = guard_options(locals())  # its parameters, by name
     _check_installed(target, match["module"])
     with _lock:
         installation = _installed.get(target)
