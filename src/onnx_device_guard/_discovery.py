@@ -227,85 +227,57 @@ def sessions_among(attributes: Sessions, skip: set[int]) -> Sessions:
 
 def discover_sessions(model: object) -> Found:
     """Find the sessions among `model`'s instance attributes, breadth first, each object once."""
-    search = _Search(model)
-    level: list[tuple[str, object]] = [("", model)]
+    found: Sessions = []
+    searched: list[str] = []
+    unreached: list[str] = []
+    seen, budget = {id(model)}, MAX_VALUES
+    level: Sessions = [("", model)]
     for depth in range(1, MAX_DEPTH + 1):
-        below: list[tuple[str, object]] | None = [] if depth < MAX_DEPTH else None
+        below: Sessions = []
         for owner_path, owner in level:
             for name, value in instance_attributes(owner):
-                search.attribute(f"{owner_path}.{name}" if owner_path else name, value, below)
-                if search.budget < 0:
-                    search.unreached.append(f"the rest of the model (past {MAX_VALUES} values)")
-                    return search.result()
-        level = below or []
-    return search.result()
+                searched.append(path := f"{owner_path}.{name}" if owner_path else name)
+                for item_path, item in _values(path, value, unreached):
+                    budget -= 1
+                    if id(item) in seen or isinstance(item, _LEAVES):
+                        continue
+                    seen.add(id(item))
+                    if is_session(item):
+                        found.append((item_path, item))
+                    elif depth < MAX_DEPTH:
+                        below.append((item_path, item))
+                    elif not all(isinstance(v, _SCALARS) for _, v in instance_attributes(item)):
+                        unreached.append(f"{item_path} (past {MAX_DEPTH} levels)")
+                if budget < 0:
+                    unreached.append(f"the rest of the model (past {MAX_VALUES} values)")
+                    return found, tuple(searched), tuple(unreached)
+        level = below
+    return found, tuple(searched), tuple(unreached)
 
 
-class _Search:
-    """One discovery's state: what it found, what it searched, what it has seen."""
+def _values(path: str, value: object, unreached: list[str], nesting: int = 0) -> Sessions:
+    """`value` if it is an object to look at; for a list, tuple or dict, such items within it.
 
-    def __init__(self, model: object) -> None:
-        self.found: Sessions = []
-        self.searched: list[str] = []
-        self.unreached: list[str] = []
-        self.seen = {id(model)}
-        self.budget = MAX_VALUES
-
-    def result(self) -> Found:
-        return self.found, tuple(self.searched), tuple(self.unreached)
-
-    def attribute(self, path: str, value: object, below: list[tuple[str, object]] | None) -> None:
-        """Look at one attribute's value; `below` (`None` at the last level) gets its objects."""
-        self.searched.append(path)
-        self.budget -= 1
-        pending: list[tuple[str, object, int]] = [(path, value, 0)]
-        while pending:
-            item_path, item, nesting = pending.pop()
-            if isinstance(item, _SCALARS):  # most attributes: nothing to look into
-                continue
-            if isinstance(item, _CONTAINERS):
-                children, rest = _items(item)
-                if rest or nesting >= MAX_NESTING:
-                    self._left_out(item_path, rest or children)
-                if nesting < MAX_NESTING:
-                    self.budget -= len(children)
-                    pending.extend(
-                        (_item_path(item_path, key), child, nesting + 1)
-                        for key, child in reversed(children)
-                    )
-                continue
-            if id(item) in self.seen or isinstance(item, _LEAVES):
-                continue
-            self.seen.add(id(item))
-            if is_session(item):
-                self.found.append((item_path, item))
-            elif below is not None:
-                below.append((item_path, item))
-            elif not all(isinstance(child, _SCALARS) for _, child in instance_attributes(item)):
-                self.unreached.append(f"{item_path} (past {MAX_DEPTH} levels)")
-
-    def _left_out(self, path: str, items: list[tuple[object, object]]) -> None:
-        """Note a container whose items past the limits could hold a session."""
-        if not all(isinstance(child, _SCALARS) for _, child in items):
-            self.unreached.append(f"{path} (past the first {MAX_ITEMS} items)")
-
-
-def _item_path(path: str, key: object) -> str:
-    """How messages name an item: `path[key]`, or `path[...]` for a key of another type."""
-    return f"{path}[{key!r}]" if isinstance(key, str | int) else f"{path}[...]"
-
-
-def _items(container: object) -> tuple[list[tuple[object, object]], list[tuple[object, object]]]:
-    """The first `MAX_ITEMS` items of a container, and the non-scalars past them."""
-    items: list[tuple[object, object]]
-    if isinstance(container, dict):
-        items = list(dict.items(container))
-    elif isinstance(container, list):
-        items = list(enumerate(list.__iter__(container)))
+    A container's items past the first `MAX_ITEMS`, and containers nested past
+    `MAX_NESTING`, are not looked at: `unreached` says so when they could hold a session.
+    """
+    if not isinstance(value, _CONTAINERS):
+        return [] if isinstance(value, _SCALARS) else [(path, value)]
+    if isinstance(value, dict):
+        items: list[tuple[object, object]] = list(dict.items(value))
+    elif isinstance(value, list):  # read as the built-in type: a subclass's methods never run
+        items = list(enumerate(list.__iter__(value)))
     else:
-        items = list(enumerate(tuple.__iter__(container)))  # type: ignore[arg-type]
-    rest = [item for item in items[MAX_ITEMS:] if not isinstance(item[1], _SCALARS)]
-    return items[:MAX_ITEMS], rest
+        items = list(enumerate(tuple.__iter__(value)))
+    shown = items[:MAX_ITEMS] if nesting < MAX_NESTING else []
+    if any(not isinstance(child, _SCALARS) for _, child in items[len(shown) :]):
+        past = f"the first {MAX_ITEMS} items" if shown else f"{MAX_NESTING} nested containers"
+        unreached.append(f"{path} (past {past})")
+    values: Sessions = []
+    for key, child in shown:
+        item_path = f"{path}[{key!r}]" if isinstance(key, str | int) else f"{path}[...]"
+        values.extend(_values(item_path, child, unreached, nesting + 1))
+    return values
 
 
 def instance_attributes(owner: object) -> list[tuple[str, object]]:
