@@ -19,7 +19,7 @@ from onnx_device_guard import (
     ModelInputError,
     device_guard,
 )
-from onnx_device_guard._classes import unguard_class
+from onnx_device_guard._guard import unguard_class
 
 from .guarded_classes import GuardedModel, LateSessionModel
 from .logs import recorded_logs

@@ -26,7 +26,7 @@ from onnx_device_guard import (
     device_policy,
     patch,
 )
-from onnx_device_guard._classes import unguard_class
+from onnx_device_guard._guard import unguard_class
 
 from .logs import recorded_logs
 

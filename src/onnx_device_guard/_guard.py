@@ -1,17 +1,29 @@
-"""`device_guard`: align the device of each model a factory returns, with closures that pickle."""
+"""`device_guard`: align the device of each model a factory returns, or each instance of a class.
+
+A function is wrapped in a closure that pickles. A class is guarded in place:
+the `__init__` of the class and of every subclass, present and future, is
+wrapped, and the ids of the instances under construction in this thread tell
+the outermost call, which aligns. What is installed refers only to the
+options, the original methods and module-level functions, so a class
+cloudpickled by value arrives guarded.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import threading
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, overload
 
-from ._classes import guard_class, read_signature
+from ._births import collecting, pass_on
 from ._devices import DeviceLike
-from ._errors import ModelInputError
+from ._errors import DeviceGuardError, ModelInputError
 from ._messages import typed_repr
-from ._model_alignment import Load, call_and_align, call_and_align_async
+from ._model_alignment import Load, align_model, call_and_align, call_and_align_async
 from ._options import (
     DeviceMismatchResolutionMode,
     DeviceSource,
@@ -161,3 +173,242 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
         return call_and_align(Load(options, wrapped, args, kwargs, signature))
 
     return guarded_factory
+
+
+# --- guarding a class in place -------------------------------------------------
+
+_GUARD = "__onnx_device_guard_class__"
+"""The attribute, in a guarded class's own `__dict__`, that holds its `_ClassGuard`."""
+
+_WRAPPER_MARK = "__onnx_device_guard_init__"
+"""Set on every `__init__` this module makes, so none is wrapped twice."""
+
+
+_constructing = threading.local()
+"""Its `ids`: the ids of the instances whose `__init__` is running in this thread."""
+
+
+@dataclass
+class _ClassGuard:
+    """A guarded class's options, and what guarding it replaced, for `unguard_class`."""
+
+    options: GuardOptions
+    origin: Any = None
+    replaced: list[tuple[type, str, Any]] = field(default_factory=list)
+    """`(class, name, its own value before)`, in order; `None`: it had no own value."""
+
+
+def class_guard(cls: type) -> _ClassGuard | None:
+    """The guard of `cls` itself (not of a base), or `None`."""
+    guard = cls.__dict__.get(_GUARD)
+    return guard if isinstance(guard, _ClassGuard) else None
+
+
+def guard_class(cls: type, options: GuardOptions, origin: object = None) -> None:
+    """Guard the construction of `cls` in place; again, only with equal options."""
+    existing = class_guard(cls)
+    if existing is not None:
+        if existing.options == options:
+            if origin is None:  # device_guard too: the guard outlives the patch that made it
+                existing.origin = None
+            return
+        raise ModelInputError(
+            f"The class {cls.__qualname__} is already guarded with other options "
+            f"({existing.options}), so it cannot also be guarded with "
+            f"{options}. Guard it once, with the options it needs."
+        )
+    for meta in inspect.getmro(type(cls)):
+        if meta is not type and meta is not object and "__call__" in vars(meta):
+            raise ModelInputError(
+                f"Cannot guard the class {cls.__qualname__}: its metaclass {meta.__qualname__} "
+                "defines __call__, which may change the instance after __init__ has returned. "
+                "Guard the function that creates its instances instead."
+            )
+    guard = _ClassGuard(options, origin)
+    try:
+        setattr(cls, _GUARD, guard)
+    except (TypeError, AttributeError) as error:
+        raise ModelInputError(
+            f"Cannot guard the class {cls.__qualname__}: its attributes cannot be set ({error}). "
+            "Guard the function that creates its instances instead."
+        ) from error
+    if cls.__dict__.get("__init__") is None:  # it runs the inherited one, then aligns
+        _replace(guard, cls, "__init__", _init_wrapper(cls, None))
+    # A __new__ (of the class or a base) may return another type: then no __init__ runs.
+    if any("__new__" in vars(klass) for klass in cls.__mro__[:-1]):
+        _replace(guard, cls, "__new__", _new_wrapper(cls, cls.__dict__.get("__new__")))
+    hook = _init_subclass_hook(cls, cls.__dict__.get("__init_subclass__"), guard)
+    _replace(guard, cls, "__init_subclass__", hook)
+    _wrap_inits(cls, guard)
+
+
+def unguard_class(cls: type, origin: object = None) -> None:
+    """Restore `cls` (and the subclasses its guard wrapped) as before, if `origin` guarded it."""
+    guard = class_guard(cls)
+    if guard is None or guard.origin is not origin:
+        return
+    type.__delattr__(cls, _GUARD)
+    for owner, name, value in reversed(guard.replaced):
+        keeper = owner is not cls and next(filter(None, map(class_guard, owner.__mro__)), None)
+        if keeper:  # a subclass still guarded (by itself or a base) keeps the wrapper for it
+            keeper.replaced.append((owner, name, value))
+        elif value is not None:
+            type.__setattr__(owner, name, value)
+        elif name in owner.__dict__:
+            type.__delattr__(owner, name)
+
+
+def _replace(guard: _ClassGuard, owner: type, name: str, value: Any) -> None:
+    """Set `owner`'s own `name` to `value`, recording in `guard` what to put back."""
+    own = owner.__dict__.get(name)
+    type.__setattr__(owner, name, value)
+    guard.replaced.append((owner, name, own))
+
+
+_SIGNATURES: weakref.WeakKeyDictionary[type, inspect.Signature | None] = weakref.WeakKeyDictionary()
+"""Each guarded class's constructor signature, read once: reading it costs more than the check."""
+
+
+def read_signature(factory: Callable[..., Any]) -> inspect.Signature | None:
+    """`factory`'s signature; `None` if it has none to read (the load says so if it needs it)."""
+    try:
+        return inspect.signature(factory)
+    except (TypeError, ValueError):
+        return None
+
+
+def signature_of(cls: type) -> inspect.Signature | None:
+    try:
+        return _SIGNATURES[cls]
+    except KeyError:
+        signature = _SIGNATURES[cls] = read_signature(cls)
+        return signature
+
+
+def _align(
+    instance: object,
+    cls: type,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    collected: collecting | None = None,
+) -> None:
+    """Align a new `instance` of `cls` with the options of the nearest guarded class."""
+    for klass in cls.__mro__:
+        guard = class_guard(klass)
+        if guard is not None:
+            load = Load(guard.options, cls, args, kwargs, signature_of(cls), guard.origin)
+            align_model(instance, load, collected)
+            return
+    if collected is not None:  # unguarded while it was built: its sessions are not lost
+        pass_on(collected.born, owned=False)
+
+
+def _new_wrapper(cls: type, new: Any) -> Any:
+    """A `__new__` that aligns what it returns when no `__init__` will: another type."""
+    signature = read_signature(cls)  # what the class is called with, read before the change
+
+    def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+        with collecting() as collected:
+            instance = _own_or_inherited(cls, new, "__new__", klass)(klass, *args, **kwargs)
+        if not isinstance(instance, klass):
+            _align(instance, klass, args, kwargs, collected)
+        else:  # its __init__ runs next, in a load of its own
+            pass_on(collected.born, owned=False)
+        return instance
+
+    __new__.__qualname__ = f"{cls.__qualname__}.__new__"
+    if signature is not None:  # inspect prefers a class's `__new__`, and drops its first parameter
+        first = inspect.Parameter("__new_cls", inspect.Parameter.POSITIONAL_ONLY)
+        parameters = [first, *signature.parameters.values()]
+        __new__.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return staticmethod(__new__)
+
+
+def _own_or_inherited(cls: type, own: Any, name: str, klass: type) -> Any:
+    """`cls`'s `own` method `name` bound for `klass`, or without one, the next in `klass`'s MRO."""
+    return getattr(super(cls, klass), name) if own is None else own.__get__(None, klass)
+
+
+def _wrap_inits(cls: type, guard: _ClassGuard) -> None:
+    """Wrap each own `__init__` not wrapped yet, of `cls` and its subclasses at any depth."""
+    init = cls.__dict__.get("__init__")
+    if init is not None and getattr(init, _WRAPPER_MARK, False) is not True:
+        with contextlib.suppress(TypeError, AttributeError):  # an extension type: nothing to wrap
+            _replace(guard, cls, "__init__", _init_wrapper(cls, init))
+    subclasses: list[type] = type.__subclasses__(cls)
+    for subclass in subclasses:  # in a diamond, the second visit finds the wrapper
+        _wrap_inits(subclass, guard)
+
+
+def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
+    """An `__init__` that runs `init` (or the inherited one) and then aligns, if outermost."""
+    original = init if init is not None else _inherited_init(cls)
+    if isinstance(original, functools.partialmethod):  # not callable itself: bind it per call
+        method = original
+
+        def original(self: object, *args: Any, **kwargs: Any) -> None:
+            method.__get__(self, type(self))(*args, **kwargs)
+
+    @functools.wraps(original)
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        _construct(original, self, args, kwargs)
+
+    setattr(__init__, _WRAPPER_MARK, True)
+    return __init__
+
+
+def _construct(
+    init: Callable[..., None], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Run `init`; align `instance` afterwards if this was its outermost `__init__`."""
+    key = id(instance)
+    ids: set[int] = _constructing.__dict__.setdefault("ids", set())
+    if key in ids:  # an inner call: super().__init__() from a subclass
+        init(instance, *args, **kwargs)
+        return
+    ids.add(key)
+    try:
+        with collecting() as collected:
+            init(instance, *args, **kwargs)
+    finally:
+        ids.discard(key)
+    _align(instance, type(instance), args, kwargs, collected)
+
+
+def _inherited_init(cls: type) -> Callable[..., None]:
+    """The `__init__` a class without its own runs: the next one in the instance's MRO."""
+
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        if getattr(cls.__dict__.get("__dataclass_params__"), "init", False):
+            # @dataclass ran after the guard and kept the guard's __init__
+            # instead of writing its own: the fields would never be set.
+            raise DeviceGuardError(
+                f"{cls.__qualname__} was guarded before @dataclass could write its "
+                "__init__. Put @device_guard above @dataclass, so that it guards the "
+                "finished class."
+            )
+        mro = type(self).__mro__
+        owner = next(k for k in mro[mro.index(cls) + 1 :] if "__init__" in k.__dict__)
+        if owner is not object:
+            super(cls, self).__init__(*args, **kwargs)  # type: ignore[arg-type]
+        elif (args or kwargs) and type(self).__new__ is object.__new__:
+            # What object() says when a class without __init__ gets arguments.
+            raise TypeError(f"{type(self).__qualname__}() takes no arguments")
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    # The signature is the inherited __init__'s: the call's arguments bind to it.
+    inherited = next(k.__dict__["__init__"] for k in cls.__mro__[1:] if "__init__" in k.__dict__)
+    if inherited is not object.__init__:
+        __init__.__wrapped__ = inherited  # type: ignore[attr-defined]
+    return __init__
+
+
+def _init_subclass_hook(cls: type, own: Any, guard: _ClassGuard) -> classmethod[Any, Any, None]:
+    """`cls`'s `__init_subclass__`: runs its `own` (or the inherited one), then wraps `__init__`."""
+
+    def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
+        _own_or_inherited(cls, own, "__init_subclass__", subclass)(**kwargs)
+        _wrap_inits(subclass, guard)  # a new class: it has no subclasses yet
+
+    __init_subclass__.__qualname__ = f"{cls.__qualname__}.__init_subclass__"
+    return classmethod(__init_subclass__)

@@ -1,7 +1,7 @@
 """`patch`: guard a third-party factory where it is defined, without editing its package.
 
 A function is replaced in its module and every module that copied it; a
-class is guarded in place (`_classes`). `_ImportFinder` patches a module
+class is guarded in place (`_guard`). `_ImportFinder` patches a module
 imported later, or executed again (wrapt's post-import hooks fire once, so a
 reload would lose the patch).
 """
@@ -28,10 +28,10 @@ from typing import Any
 import wrapt
 
 from ._births import release, stop_waiting, use
-from ._classes import class_guard, guard_class, read_signature, unguard_class
 from ._devices import DeviceLike
 from ._errors import ModelInputError
 from ._follow import Origin, stop_following
+from ._guard import class_guard, guard_class, read_signature, unguard_class
 from ._messages import logger, short_repr
 from ._model_alignment import Load, call_and_align, call_and_align_async
 from ._options import (
