@@ -103,19 +103,16 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
     def __exit__(self, *exc_info: object) -> None:
         _LOADS.pop()
         _LOAD.reset(self._token)
-        self.frame = None  # finished: a task it started still sees it, and `_open` skips it
+        self.frame = None  # finished: a task it started still sees it, and `open_load` skips it
         if exc_info[1] is not None:  # no model to align: its sessions are the watch's, if any
             settle()
             left_behind(self.born)
 
 
 def open_load() -> collecting | None:
-    """The guarded load open in this context (a `realign` in it is part of it), if any."""
-    return _open(_LOAD.get())
-
-
-def _open(load: collecting | None) -> collecting | None:
-    """`load`, or the nearest of its outer loads still open (a task may outlive its load)."""
+    """The guarded load open in this context (a `realign` in it is part of it), if any: the
+    nearest still open, as a task may outlive the load that started it."""
+    load = _LOAD.get()
     while load is not None and load.frame is None:
         load = load._outer
     return load
@@ -163,14 +160,14 @@ def reported_by_load(sessions: list[tuple[str, object]], dropped: list[Birth]) -
     again, and the load open around it, if any, says no more about them."""
     for birth in dropped:
         birth.reported = True
-    if (outer := _open(_LOAD.get())) is not None:
+    if (outer := open_load()) is not None:
         outer.heard.update(id(session) for _, session in sessions)
 
 
 def pass_on(sessions: list[object], owned: bool) -> None:
     """Sessions a load has aligned: the load around it has them too; else those it does not
     own (`session_attr` names others) are the watch's."""
-    if (outer := _open(_LOAD.get())) is not None:
+    if (outer := open_load()) is not None:
         outer.born.extend(sessions)
     elif not owned:
         _to_watch(sessions, raising=True)
@@ -426,7 +423,7 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
             "goes unreported. Check its model with realign(model) once it is built."
         )
         return
-    load = _open(_LOAD.get())
+    load = open_load()
     owner = _pending_owner(load) if _PENDING else None  # a `self` it is opened in, nearer
     if owner is not None:
         model, check = owner
