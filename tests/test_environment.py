@@ -23,8 +23,14 @@ from onnx_device_guard import (
     device_guard,
     device_policy,
 )
-from onnx_device_guard._environment import FALLBACK_DEVICE, RESOLUTION_MODE, VARIABLES, WARN
-from onnx_device_guard._policy import _defaults, current_policy
+from onnx_device_guard._policy import (
+    FALLBACK_DEVICE,
+    RESOLUTION_MODE,
+    VARIABLES,
+    WARN,
+    _defaults,
+    current_policy,
+)
 
 from .logs import recorded_logs
 from .sessions import cpu_session

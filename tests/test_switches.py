@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from onnx_device_guard import ModelInputError
-from onnx_device_guard._environment import WARN, parse_switch, read
+from onnx_device_guard._policy import WARN, parse_switch, read_environment
 
 YES = ["1", "true", "True", "YES", "on", " On "]
 NO = ["0", "false", "False", "no", "NO", " off\t"]
@@ -44,7 +44,7 @@ class TestWarnVariable:
     @pytest.mark.parametrize(("text", "warn"), [("false", False), ("No", False), ("on", True)])
     def test_warn_reads_through_the_rule(self, text: str, warn: bool) -> None:
         """ONNX_DEVICE_GUARD_WARN follows the same rule."""
-        assert read({WARN: text}).warn is warn
+        assert read_environment({WARN: text}).warn is warn
 
     def test_the_doctor_accepts_false(
         self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

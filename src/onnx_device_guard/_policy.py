@@ -1,4 +1,16 @@
-"""Scoped settings: `device_policy`, and the settings in force for a call.
+"""The settings in force for a call: `device_policy` scopes, over defaults from the environment.
+
+Outside every scope, operators set the defaults without code changes:
+
+* `ONNX_DEVICE_GUARD_RESOLUTION_MODE`: `fail` or `fallback`;
+* `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`: a device torch parses, such as `cpu`;
+* `ONNX_DEVICE_GUARD_WARN`: a yes/no switch (`parse_switch`): yes logs fallbacks at
+  WARNING, no at DEBUG.
+
+They are read at first use, not at import, so a bad value cannot stop
+`import onnx_device_guard`; it raises `ModelInputError` naming the variable
+at every use until fixed. Once read without error they are kept: reading
+`os.environ` per call costs more than the check.
 
 A scope is a `ContextVar` value linked to the scope it was entered in. One left
 out of order raises and is never in force again; a forked process ignores the
@@ -10,17 +22,18 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ContextDecorator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from ._devices import DeviceLike
-from ._environment import read as read_environment
-from ._errors import DeviceGuardError, ModelInputError
+import torch
+
+from ._devices import DeviceLike, as_device
+from ._errors import DeviceGuardError, ModelInputError, in_context
 from ._messages import short_repr, typed_repr
-from ._options import DeviceMismatchResolutionMode, Resolved, settings
+from ._options import DeviceMismatchResolutionMode, Resolved, Settings, check_mode, settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,14 +69,75 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
-def current_policy() -> Resolved:
-    """The innermost scope's settings, else the defaults (environment, then built in)."""
-    scope = _innermost()
-    return _defaults() if scope is None else scope.settings
+# --- the defaults beneath every scope -----------------------------------------
+
+VARIABLES = RESOLUTION_MODE, FALLBACK_DEVICE, WARN = (
+    "ONNX_DEVICE_GUARD_RESOLUTION_MODE",
+    "ONNX_DEVICE_GUARD_FALLBACK_DEVICE",
+    "ONNX_DEVICE_GUARD_WARN",
+)
+"""Every variable this module reads, in the order it reads them."""
+
+BUILT_IN = Resolved(resolution_mode="fallback", fallback_device=torch.device("cpu"), warn=True)
+"""The defaults when no variable is set."""
+
+
+def read_environment(environ: Mapping[str, str] = os.environ) -> Resolved:
+    """Return the defaults that the variables in `environ` set.
+
+    An unset variable, an empty one and one of only whitespace (a shell
+    quoting slip) all leave the built-in default; whitespace around a value
+    is dropped.
+
+    Raises:
+        ModelInputError: A variable holds a value it cannot take.
+    """
+    mode, device, warn = (environ.get(name, "").strip() for name in VARIABLES)
+    try:
+        resolution_mode = check_mode(mode, RESOLUTION_MODE) if mode else None
+        fallback = as_device(device, FALLBACK_DEVICE) if device else None
+        switch = parse_switch(WARN, warn)
+    except ModelInputError as error:
+        raise in_context(error, "The environment variable ", " Fix or unset it.") from None
+    return Settings(resolution_mode, fallback, switch).over(BUILT_IN)
+
+
+SWITCH_WORDS = {"1": True, "true": True, "yes": True, "on": True}
+SWITCH_WORDS |= {"0": False, "false": False, "no": False, "off": False}
+"""The spellings a yes/no variable takes, in any case, with spaces around."""
+
+
+def parse_switch(name: str, text: str) -> bool | None:
+    """Read the yes/no variable `name` holding `text`: `None` when it is empty.
+
+    Raises:
+        ModelInputError: `text` is none of `SWITCH_WORDS`; the message names them.
+
+    Examples:
+        >>> from onnx_device_guard._policy import parse_switch
+        >>> parse_switch("ONNX_DEVICE_GUARD_WARN", " Off "), parse_switch("X", "")
+        (False, None)
+        >>> parse_switch("ONNX_DEVICE_GUARD_WARN", "maybe")
+        Traceback (most recent call last):
+        onnx_device_guard.ModelInputError: ONNX_DEVICE_GUARD_WARN='maybe' must be a yes/no ...
+    """
+    word = text.strip().lower()
+    if word and word not in SWITCH_WORDS:
+        raise ModelInputError(
+            f"{name}={short_repr(text.strip())} must be a yes/no switch: 1, true, yes or on for "
+            "yes; 0, false, no or off for no (any case), or unset."
+        )
+    return SWITCH_WORDS.get(word)
 
 
 # The defaults outside every scope, read once (errors are not cached: a bad value raises each time).
 _defaults = functools.cache(read_environment)
+
+
+def current_policy() -> Resolved:
+    """The innermost scope's settings, else the defaults (environment, then built in)."""
+    scope = _innermost()
+    return _defaults() if scope is None else scope.settings
 
 
 class device_policy(ContextDecorator):  # noqa: N801 - a context manager, named like contextlib's

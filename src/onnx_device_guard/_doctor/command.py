@@ -14,9 +14,8 @@ from pathlib import Path
 import torch
 
 from .._devices import as_device
-from .._environment import FALLBACK_DEVICE, RESOLUTION_MODE
-from .._environment import read as read_environment
 from .._errors import EnvironmentConfigurationError, ModelInputError
+from .._policy import FALLBACK_DEVICE, RESOLUTION_MODE, read_environment
 from .diagnosis import EXIT_BAD_INPUT, exit_code, worst
 from .facts import Facts, ModelError, listed
 from .files import display_path, expand, is_directory
