@@ -106,7 +106,7 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         self.frame = None  # finished: a task it started still sees it, and `open_load` skips it
         if exc_info[1] is not None:  # no model to align: its sessions are the watch's, if any
             settle()
-            left_behind(self.born)
+            to_watch(self.born, raising=False)
 
 
 def open_load() -> collecting | None:
@@ -170,16 +170,12 @@ def pass_on(sessions: list[object], owned: bool) -> None:
     if (outer := open_load()) is not None:
         outer.born.extend(sessions)
     elif not owned:
-        _to_watch(sessions, raising=True)
+        to_watch(sessions)
 
 
-def left_behind(sessions: list[object]) -> None:
-    """Sessions of a load that raised, which no model is known to hold: the watch's, even
-    inside another load. In "fail" mode too it warns, so the load's own error propagates."""
-    _to_watch(sessions, raising=False)
-
-
-def _to_watch(sessions: list[object], raising: bool) -> None:
+def to_watch(sessions: list[object], raising: bool = True) -> None:
+    """Sessions no model is known to hold: the watch's, even inside another load. Those of a
+    load that raised (`raising=False`) warn in "fail" mode too, so its own error propagates."""
     if _WATCHES:
         for birth in filter(None, map(birth_of, sessions)):
             if birth.dropped and not birth.reported:

@@ -25,11 +25,11 @@ from ._births import (
     await_births,
     birth_of,
     collecting,
-    left_behind,
     open_load,
     pass_on,
     reported_by_load,
     settle,
+    to_watch,
     why_dropped,
 )
 from ._devices import DeviceLike, as_device
@@ -76,7 +76,7 @@ def align_model(
         aligned = load.align(model)
     except BaseException:
         if born:  # no model aligned: its sessions are the watch's (but those its error reports)
-            left_behind(born)
+            to_watch(born, raising=False)
         raise
     else:
         if born:  # the load around it has them too; those it does not name are the watch's
@@ -355,15 +355,7 @@ def _packages(factory: object | None) -> tuple[str, ...]:
 
 
 _NEVER_HOLDS_ONE = ", which can never hold an onnxruntime session. Return the model object itself."
-_NEVER: tuple[type, ...] = (
-    tuple,
-    str,
-    bytes,
-    int,
-    float,
-    types.GeneratorType,
-    types.AsyncGeneratorType,
-)
+_NEVER = (tuple, str, bytes, int, float, types.GeneratorType, types.AsyncGeneratorType)
 
 
 def _never_holds_one(model: object) -> bool:
