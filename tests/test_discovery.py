@@ -339,6 +339,22 @@ class TestDiscovery:
         assert len(searched) <= MAX_VALUES
         assert unreached  # what the limits left out is said
 
+    def test_scalar_attributes_count_as_work(self) -> None:
+        """Objects full of numbers and strings use up the budget too: no search runs unbounded."""
+
+        class Settings:
+            def __init__(self) -> None:
+                self.__dict__.update({f"option_{number}": number for number in range(500)})
+
+        class Wide:
+            def __init__(self) -> None:
+                self.parts = [Settings() for _ in range(MAX_ITEMS)]
+
+        found, searched, unreached = discover_sessions(Wide())
+        assert found == []
+        assert len(searched) <= MAX_VALUES
+        assert unreached == (f"the rest of the model (past {MAX_VALUES} values)",)
+
     def test_a_simple_namespace_is_searched(self) -> None:
         """types.SimpleNamespace keeps its attributes in a __dict__ too."""
         import types

@@ -237,9 +237,10 @@ def discover_sessions(model: object) -> Found:
         for owner_path, owner in level:
             for name, value in instance_attributes(owner):
                 searched.append(path := f"{owner_path}.{name}" if owner_path else name)
-                for item_path, item in _values(path, value, unreached):
-                    budget -= 1
-                    if id(item) in seen or isinstance(item, _LEAVES):
+                values = _values(path, value, unreached)
+                budget -= 1 + len(values)  # each attribute and container item, as work done
+                for item_path, item in values:
+                    if isinstance(item, _LEAVES) or id(item) in seen:
                         continue
                     seen.add(id(item))
                     if is_session(item):
@@ -256,13 +257,13 @@ def discover_sessions(model: object) -> Found:
 
 
 def _values(path: str, value: object, unreached: list[str], nesting: int = 0) -> Sessions:
-    """`value` if it is an object to look at; for a list, tuple or dict, such items within it.
+    """`value`, or for a list, tuple or dict, the values within it (paths with their keys).
 
     A container's items past the first `MAX_ITEMS`, and containers nested past
     `MAX_NESTING`, are not looked at: `unreached` says so when they could hold a session.
     """
     if not isinstance(value, _CONTAINERS):
-        return [] if isinstance(value, _SCALARS) else [(path, value)]
+        return [(path, value)]
     if isinstance(value, dict):
         items: list[tuple[object, object]] = list(dict.items(value))
     elif isinstance(value, list):  # read as the built-in type: a subclass's methods never run
