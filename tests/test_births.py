@@ -53,6 +53,13 @@ def session(providers: Any = CUDA, **kwargs: Any) -> Any:
         return onnxruntime.InferenceSession(example_model(), providers=providers, **kwargs)
 
 
+def quiet_session(providers: Any, **kwargs: Any) -> Any:
+    """`session`, with onnxruntime's own complaints about odd providers kept off the output."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return session(providers, **kwargs)
+
+
 def fallbacks(caught: list[warnings.WarningMessage]) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, DeviceFallbackWarning)]
 
@@ -123,6 +130,29 @@ class TestWatch:
             listed = session(CUDA, provider_options=[{"device_id": "2"}, {}])
         assert birth_of(pair).device == "cuda:1"  # type: ignore[union-attr]
         assert birth_of(listed).device == "cuda:2"  # type: ignore[union-attr]
+
+    @pytest.mark.parametrize(
+        ("providers", "options"),
+        [
+            (CUDA, [{"device_id": "0"}]),  # fewer options than providers
+            ([("CUDAExecutionProvider", None), "CPUExecutionProvider"], None),
+            ([("CUDAExecutionProvider",), "CPUExecutionProvider"], None),
+        ],
+        ids=["short-options-list", "pair-with-none", "pair-without-options"],
+    )
+    def test_what_onnxruntime_takes_odd_is_still_read(self, providers: Any, options: Any) -> None:
+        """Arguments onnxruntime accepts, or refuses by falling back to the CPU, are read."""
+        with watch_sessions(resolution_mode="fail"), pytest.raises(EnvironmentConfigurationError):
+            quiet_session(providers, provider_options=options)
+
+    @pytest.mark.parametrize("device_id", [300, -1, "abc", 1.0])
+    def test_a_device_id_that_is_no_gpu_index_is_said(self, device_id: object) -> None:
+        """A device_id torch cannot address is named in a WARNING, not taken as 0 in silence."""
+        with recorded_logs() as records, watch_sessions(warn=False):
+            made = quiet_session([("CUDAExecutionProvider", {"device_id": device_id})])
+        assert birth_of(made).device == "cuda:0"  # type: ignore[union-attr]
+        (record,) = [r for r in records if r.levelname == "WARNING"]
+        assert f"device_id={device_id!r}, which is no GPU index" in record.getMessage()
 
     def test_a_pair_written_as_a_list_is_read(self) -> None:
         """onnxruntime refuses `[name, options]` and falls back to the CPU: a drop, reported."""
@@ -930,6 +960,24 @@ class TestWhoOwnsABirth:
         model.open(0)
         assert model.device == "cpu"  # the two disagree: the fallback device
         assert "different GPUs" in fallbacks(caught)[-1]
+
+    def test_a_session_opened_far_down_a_method_is_the_models(self) -> None:
+        """However many plain calls lie between the model's method and the birth."""
+
+        def opened(depth: int) -> Any:
+            return session() if depth == 0 else opened(depth - 1)
+
+        @device_guard(resolution_mode="fail")
+        class Lazy:
+            def __init__(self) -> None:
+                self.device, self.session = "cuda", None
+
+            def open(self) -> None:
+                self.session = opened(200)
+
+        model = Lazy()
+        with pytest.raises(EnvironmentConfigurationError, match="opened after the load"):
+            model.open()
 
     def test_a_lazy_model_opening_in_another_load_is_checked_itself(
         self, caught: list[warnings.WarningMessage]

@@ -191,9 +191,7 @@ def _pending_owner(
     reading `f_locals` keeps a copy of the locals in the frame until it returns (before 3.13).
     """
     frame: types.FrameType | None = sys._getframe(2)  # past the wrapper and wrapt
-    for _ in range(64):  # calling frames looked through, at most
-        if frame is None or (load is not None and frame is load.frame):
-            return None
+    while frame is not None and (load is None or frame is not load.frame):
         code = frame.f_code
         if code.co_argcount and code.co_varnames[0] == "self":
             entry = _PENDING.get(id(frame.f_locals.get("self")))
@@ -438,18 +436,30 @@ def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birt
         sess_options = kwargs.get("sess_options", sess_options)
         providers = kwargs.get("providers", providers)
         options = kwargs.get("provider_options", options)
-    asked: list[tuple[str, Mapping[str, Any]]] = [
-        (provider, options[n] if options else {}) if isinstance(provider, str) else tuple(provider)
+    listed = list(options or ())  # onnxruntime takes a list shorter than the providers too
+    asked: list[tuple[Any, Any]] = [
+        (provider, listed[n] if n < len(listed) else None)
+        if isinstance(provider, str)
+        else (*provider, None)[:2]
         for n, provider in enumerate(providers or ())
     ]
     if not providers and sess_options is not None:
         asked = _ADDED.get(sess_options, [])
-    gpu = [(name, option) for name, option in asked if name in GPU_CAPABLE_EXECUTION_PROVIDERS]
-    device_id = parse_device_id(gpu[0][1].get("device_id", 0)) if gpu else 0
+    gpu = [  # options it cannot use (`None`, say) onnxruntime leaves at their defaults
+        (name, option if isinstance(option, Mapping) else {})
+        for name, option in asked
+        if isinstance(name, str) and name in GPU_CAPABLE_EXECUTION_PROVIDERS
+    ]
+    raw = gpu[0][1].get("device_id", 0) if gpu else 0
     if isinstance(source, bytes):
         file = f"<a model of {len(source)} bytes>"
     else:  # escaped where it is shown
         file = str(os.fspath(source)) if source is not None else "<no model>"
+    if (device_id := parse_device_id(raw)) is None:
+        logger.warning(
+            f"The session of {short_repr(file, 200)} asked {gpu[0][0]} for device_id="
+            f"{short_repr(raw)}, which is no GPU index torch addresses: it is taken as GPU 0."
+        )
     got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
     return Birth(file, tuple(name for name, _ in gpu), device_id or 0, got, number=next(_NUMBERS))
 
