@@ -699,6 +699,23 @@ class TestOneReportPerLoad:
         assert birth_of(model.session) is not None
         assert len(fallbacks(caught)) == 1
 
+    def test_a_worker_threads_session_beside_one_born_in_the_load_is_found(self) -> None:
+        """A session born in the load does not end the search for one a worker thread made."""
+
+        class Stage:
+            def __init__(self, session: object) -> None:
+                self.session = session
+
+        class Pipeline:
+            def __init__(self) -> None:
+                self.detector = session(CPU)  # born in the load, asked for the CPU
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                    self.stages = [Stage(pool.submit(session).result())]  # asked for CUDA
+                self.device = "cuda"
+
+        with pytest.raises(EnvironmentConfigurationError, match=r"stages\[0\]\.session"):
+            device_guard(resolution_mode="fail")(Pipeline)()
+
     def test_a_realign_inside_the_load_is_part_of_it(
         self, caught: list[warnings.WarningMessage]
     ) -> None:

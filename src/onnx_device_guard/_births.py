@@ -66,6 +66,8 @@ class Birth:
 
 
 _NUMBERS = itertools.count(1)
+_ELSEWHERE = [0]
+"""The number of the last session born outside any load while one was in flight."""
 _RECORDS: ObjectTable[Birth] = ObjectTable()
 """The birth of each observed session alive."""
 _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[str, Mapping[str, str]]]] = (
@@ -424,8 +426,16 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
         check(model, session)
     elif load is not None:
         load.born.append(session)
-    elif _WATCHES and birth.dropped:
-        report_birth(birth, _WATCHES[0]._settings)
+    else:
+        if _LOADS:  # born outside the loads in flight (a worker thread): they search their models
+            _ELSEWHERE[0] = birth.number
+        if _WATCHES and birth.dropped:
+            report_birth(birth, _WATCHES[0]._settings)
+
+
+def born_elsewhere(since: int | None) -> bool:
+    """Whether a session was born outside every load since the birth number `since`."""
+    return since is not None and _ELSEWHERE[0] > since
 
 
 def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birth:

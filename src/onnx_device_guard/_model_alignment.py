@@ -24,6 +24,7 @@ from ._births import (
     Birth,
     await_births,
     birth_of,
+    born_elsewhere,
     collecting,
     open_load,
     pass_on,
@@ -40,6 +41,7 @@ from ._discovery import (
     Sessions,
     context,
     describe,
+    discover_sessions,
     factory_name,
     find_device_attribute,
     find_sessions,
@@ -230,11 +232,18 @@ class Load:
         """The sessions born in the load, else those on the model; refuses a non-model."""
         options = self.options
         born = [session for ref in self.born if (session := ref()) is not None] if self.born else ()
-        found = (  # no search: the sessions born in the load are its sessions
-            (_named(model, born), (), ())
-            if born
-            else find_sessions(model, options.session_attr, self.factory)
-        )
+        if not born:
+            found = find_sessions(model, options.session_attr, self.factory)
+        elif born_elsewhere(self.since):  # in a worker thread, say: the model may hold it too
+            named, (more, searched, unreached) = _named(model, born), discover_sessions(model)
+            known = {id(session) for _, session in named}
+            found = (
+                [*named, *(pair for pair in more if id(pair[1]) not in known)],
+                searched,
+                unreached,
+            )
+        else:  # no search: the sessions born in the load are its sessions
+            found = (_named(model, born), (), ())
         refuse = (born or not found[0]) and options.require_session is not False
         if refuse and _never_holds_one(model):
             raise _unusable(model, self.factory, _NEVER_HOLDS_ONE)
