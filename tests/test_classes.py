@@ -188,6 +188,22 @@ class TestSubclasses:
         assert model.device == CPU
         assert model.extra == "set after super().__init__()"
 
+    def test_the_device_a_subclass_hands_the_guarded_base_is_checked(self) -> None:
+        """The guard reads the call its own class got, not the subclass's other words."""
+
+        @device_guard(resolution_mode="fail")
+        class Base:
+            def __init__(self, path: str, device: str = "cpu") -> None:
+                self.path, self.session = path, cpu_session()  # no device attribute
+
+        class Child(Base):
+            def __init__(self, use_gpu: bool = True) -> None:
+                super().__init__("model.onnx", "cuda" if use_gpu else "cpu")
+
+        with pytest.raises(EnvironmentConfigurationError, match="the call's device argument"):
+            Child(use_gpu=True)
+        assert Child(use_gpu=False).path == "model.onnx"
+
     def test_subclass_defined_after_guarding_is_aligned_once(self) -> None:
         """A new subclass's __init__ is covered, and the providers are read once."""
 

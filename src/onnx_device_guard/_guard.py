@@ -185,7 +185,8 @@ _WRAPPER_MARK = "__onnx_device_guard_init__"
 
 
 _constructing = threading.local()
-"""Its `ids`: the ids of the instances whose `__init__` is running in this thread."""
+"""Its `calls`: for each instance whose `__init__` runs in this thread (by id), the call each
+wrapped `__init__` got, by the class whose own it is (the outermost by the instance's type)."""
 
 
 @dataclass
@@ -286,17 +287,19 @@ def signature_of(cls: type) -> inspect.Signature | None:
 
 
 def _align(
-    instance: object,
-    cls: type,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    collected: collecting | None = None,
+    instance: object, cls: type, calls: dict[type, Any], collected: collecting | None = None
 ) -> None:
-    """Align a new `instance` of `cls` with the options of the nearest guarded class."""
+    """Align a new `instance` of `cls` with the options of the nearest guarded class.
+
+    The call read is the one that class's own `__init__` got, where a subclass's made it
+    (`super().__init__(path, "cuda")`), else the call of `cls` itself.
+    """
     for klass in cls.__mro__:
         guard = class_guard(klass)
         if guard is not None:
-            load = Load(guard.options, cls, args, kwargs, signature_of(cls), guard.origin)
+            called = klass if klass in calls else cls
+            args, kwargs = calls[called]
+            load = Load(guard.options, cls, args, kwargs, signature_of(called), guard.origin)
             align_model(instance, load, collected)
             return
     if collected is not None:  # unguarded while it was built: its sessions are not lost
@@ -311,7 +314,7 @@ def _new_wrapper(cls: type, new: Any) -> Any:
         with collecting() as collected:
             instance = _own_or_inherited(cls, new, "__new__", klass)(klass, *args, **kwargs)
         if not isinstance(instance, klass):
-            _align(instance, klass, args, kwargs, collected)
+            _align(instance, klass, {klass: (args, kwargs)}, collected)
         else:  # its __init__ runs next, in a load of its own
             pass_on(collected.born, owned=False)
         return instance
@@ -351,28 +354,29 @@ def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
 
     @functools.wraps(original)
     def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        _construct(original, self, args, kwargs)
+        _construct(cls, original, self, args, kwargs)
 
     setattr(__init__, _WRAPPER_MARK, True)
     return __init__
 
 
 def _construct(
-    init: Callable[..., None], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    cls: type, init: Callable[..., None], instance: object, args: tuple[Any, ...], kwargs: Any
 ) -> None:
-    """Run `init`; align `instance` afterwards if this was its outermost `__init__`."""
+    """Run `init`, the `__init__` of `cls`; align `instance` after its outermost `__init__`."""
     key = id(instance)
-    ids: set[int] = _constructing.__dict__.setdefault("ids", set())
-    if key in ids:  # an inner call: super().__init__() from a subclass
+    constructing: dict[int, dict[type, Any]] = _constructing.__dict__.setdefault("calls", {})
+    if key in constructing:  # an inner call: super().__init__() from a subclass
+        constructing[key].setdefault(cls, (args, kwargs))
         init(instance, *args, **kwargs)
         return
-    ids.add(key)
+    calls = constructing[key] = {type(instance): (args, kwargs)}
     try:
         with collecting() as collected:
             init(instance, *args, **kwargs)
     finally:
-        ids.discard(key)
-    _align(instance, type(instance), args, kwargs, collected)
+        del constructing[key]
+    _align(instance, type(instance), calls, collected)
 
 
 def _inherited_init(cls: type) -> Callable[..., None]:
