@@ -352,6 +352,24 @@ class TestRealign:
         with pytest.raises(DeviceGuardError, match="device="):
             realign(Holder())
 
+    def test_no_device_is_an_error_for_a_session_born_under_a_watch_too(self) -> None:
+        """What realign says does not hang on whether a watch saw the session born."""
+        import onnxruntime
+
+        from onnx_device_guard import example_model, watch_sessions
+
+        class Holder:
+            def __init__(self) -> None:
+                self.s = onnxruntime.InferenceSession(
+                    example_model(), providers=["CPUExecutionProvider"]
+                )
+
+        with watch_sessions():
+            watched = Holder()
+        for model in (Holder(), watched):
+            with pytest.raises(DeviceGuardError, match="device="):
+                realign(model, resolution_mode="fail")
+
     def test_callable_device_is_refused(self) -> None:
         """There is no call whose arguments a device= callable could read."""
 

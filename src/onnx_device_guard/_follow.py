@@ -106,8 +106,9 @@ def watch(
             _WARNED,
             type(model),
             "onnx-device-guard cannot follow the sessions of %s objects: the class cannot be "
-            "weakly referenced (it has __slots__ without '__weakref__'), and a strong reference "
-            "would keep every model alive. Add '__weakref__' to __slots__. " + _AT_LOAD_ONLY,
+            "weakly referenced (a built-in type, or __slots__ without '__weakref__'), and a "
+            "strong reference would keep every model alive. Use a class of your own, or add "
+            "'__weakref__' to __slots__. " + _AT_LOAD_ONLY,
         )
         return 0
     if origin is not None and origin.cancelled:

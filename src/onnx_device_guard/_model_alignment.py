@@ -280,8 +280,8 @@ class Load:
                 devices.append((as_device(attribute.value, "device"), source))
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error
-        elif not devices and not recorded:
-            raise _no_device(model, self.factory)
+        elif not devices and (not recorded or self.factory is None):  # `realign`: whatever
+            raise _no_device(model, self.factory)  # the sessions' births said
         dropped = [b for b in births if b is not None and b.dropped] if recorded else []
         dropped.sort(key=lambda birth: birth.reported)  # a new drop is the one a report explains
         return devices, [*asking, *heard], dropped
@@ -300,8 +300,8 @@ class Load:
             return
         logger.warning(
             "%s holds no onnxruntime session, and its class takes no weak reference "
-            "(__slots__ without '__weakref__'), so sessions it opens later are checked only "
-            "under watch_sessions().",
+            "(a built-in type, or __slots__ without '__weakref__'), so sessions it opens "
+            "later are checked only under watch_sessions().",
             describe(model, factory),
         )
 
