@@ -24,7 +24,9 @@ from onnx_device_guard import (
     aligned_device,
     device_guard,
     device_policy,
+    watch_sessions,
 )
+from onnx_device_guard._options import guard_options
 from onnx_device_guard._policy import current_policy
 
 from .helpers import no_scope_left
@@ -619,6 +621,63 @@ class TestModeComparedBeforeItsTypeWasChecked:
         """Before: the value's own ValueError escaped instead of a ModelInputError naming it."""
         with pytest.raises(ModelInputError, match=r"got array\(\['fail', 'fail'\]\)"):
             check(ComparesBadly())
+
+
+class ComparesBadlyStr(str):
+    """A string whose own ``==`` raises: its text is what counts."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("compared")
+
+    __hash__ = str.__hash__
+
+
+class ConvertsBadly(int):
+    """An int whose own conversion raises."""
+
+    def __int__(self) -> int:
+        raise RuntimeError("converted")
+
+    __index__ = __int__
+
+
+class TestHostileValuesGetLibraryErrors:
+    """Values whose own ==, int() or repr() raise get the library's errors, never their own."""
+
+    @pytest.mark.parametrize("option", ["resolution_mode", "fallback_device", "warn"])
+    def test_watch_sessions_checks_before_comparing(self, option: str) -> None:
+        """watch_sessions compared its options with None by == before checking them."""
+        with pytest.raises(ModelInputError, match=option):
+            watch_sessions(**{option: ComparesBadly()})
+
+    def test_a_mode_is_read_by_its_text(self) -> None:
+        """A str subclass with a raising == is its text: 'fail' is "fail" mode."""
+        with pytest.raises(EnvironmentConfigurationError):
+            align_device_with_onnx_session(cpu_session(), "cuda", ComparesBadlyStr("fail"))  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(
+        "check",
+        [
+            lambda value: align_device_with_onnx_session(cpu_session(), value),
+            lambda value: device_policy(fallback_device=value),
+            lambda value: device_guard(device=value),
+        ],
+        ids=["align", "device_policy", "device_guard"],
+    )
+    def test_an_index_that_cannot_be_converted(self, check: Any) -> None:
+        with pytest.raises(ModelInputError, match="cannot be read as an index"):
+            check(ConvertsBadly(0))
+
+    def test_attribute_names_are_kept_as_plain_strings(self) -> None:
+        options = guard_options(
+            {
+                **dict.fromkeys(("resolution_mode", "fallback_device", "warn", "device"), None),
+                "session_attr": ComparesBadlyStr("inner.session"),
+                "device_attr": ComparesBadlyStr("device"),
+            }
+        )
+        assert type(options.session_attr[0]) is str  # type: ignore[index]
+        assert type(options.device_attr) is str
 
 
 class LookupRaises:

@@ -298,7 +298,7 @@ def watch_sessions(
         onnx_device_guard.EnvironmentConfigurationError: onnxruntime dropped ...
     """
     settings = None
-    if (resolution_mode, fallback_device, warn) != (None, None, None):
+    if not (resolution_mode is None and fallback_device is None and warn is None):
         from ._options import settings as check_settings
 
         settings = check_settings(resolution_mode, fallback_device, warn)

@@ -8,7 +8,7 @@ from typing import TypeGuard
 import torch
 
 from ._errors import ModelInputError
-from ._messages import short_repr, typed_repr
+from ._messages import error_text, short_repr, typed_repr
 from ._providers import INDICES, MAX_DEVICE_INDEX
 
 DeviceLike = torch.device | str | int
@@ -24,7 +24,14 @@ def as_device(value: object, name: str) -> torch.device:
         raise _unaddressable(name, value, index)
     if not isinstance(value, str):
         if is_index(value):
-            if 0 <= (index := int(value)) <= MAX_DEVICE_INDEX:  # torch reads 0 as cuda:0
+            try:
+                index = int(value)
+            except Exception as error:  # an int subclass whose own conversion raises
+                raise ModelInputError(
+                    f"{name}={short_repr(value)} cannot be read as an index: "
+                    f"{error_text(error)}. Pass a plain int or a string."
+                ) from None
+            if 0 <= index <= MAX_DEVICE_INDEX:  # torch reads 0 as cuda:0
                 return torch.device("cuda", index)
             raise _unaddressable(name, value, short_repr(value, 20))
         raise ModelInputError(

@@ -127,7 +127,7 @@ _MODES: tuple[DeviceMismatchResolutionMode, ...] = get_args(DeviceMismatchResolu
 def check_mode(value: object, name: str = "resolution_mode") -> DeviceMismatchResolutionMode:
     """Return `value` if it is a resolution mode, else raise `ModelInputError` naming `name`."""
     for mode in _MODES:
-        if isinstance(value, str) and value == mode:
+        if isinstance(value, str) and str.__str__(value) == mode:  # a subclass's == plays no part
             return mode
     choices = ", ".join(map(repr, _MODES))
     raise ModelInputError(f"{name} must be one of {choices}; got {short_repr(value)}.")
@@ -151,7 +151,7 @@ def _session_source(value: object) -> SessionSource:
         return value
     paths = (value,) if isinstance(value, str) else value
     if isinstance(paths, tuple | list) and paths and all(map(_is_path, paths)):
-        return tuple(paths)
+        return tuple(map(str.__str__, paths))  # plain strings, whatever subclass was given
     raise ModelInputError(
         "session_attr must be an attribute name or a dotted path ('detector.infer.session'), "
         "a tuple of them, or a callable that takes the model and returns its session or "
@@ -166,7 +166,7 @@ def _is_path(path: object) -> bool:
 
 def _device_attr(value: object) -> str:
     if isinstance(value, str) and value.isidentifier():
-        return value
+        return str.__str__(value)
     raise ModelInputError(f"device_attr must be one attribute name; got {short_repr(value)}.")
 
 
