@@ -10,6 +10,7 @@ import torch
 from onnx_device_guard import (
     DeviceFallbackWarning,
     EnvironmentConfigurationError,
+    ModelInputError,
     device_guard,
     patch,
 )
@@ -105,6 +106,19 @@ class TestTheCallersDevice:
 
         assert load().device == "cpu"
         assert load(device="gpu").device == "cpu"
+
+    @pytest.mark.parametrize("device", ["cuda:256", 200])
+    def test_an_index_torch_cannot_address_is_an_error_beside_an_attribute(
+        self, device: object
+    ) -> None:
+        """torch reads "cuda:256" as cuda:0: the model's own word never excuses it."""
+
+        @device_guard(resolution_mode="fail")
+        def load(device: Any = "auto") -> Plain:
+            return Plain(cpu_session(), "cpu")
+
+        with pytest.raises(ModelInputError, match="which torch cannot address"):
+            load(device=device)
 
     def test_an_int_argument_is_a_cuda_index(self) -> None:
         """`device=0` is torch's cuda:0, so "fail" mode does not let the model through."""

@@ -33,7 +33,7 @@ from ._births import (
     to_watch,
     why_dropped,
 )
-from ._devices import DeviceLike, as_device
+from ._devices import DeviceLike, as_device, is_index
 from ._discovery import (
     DEFAULT_DEVICE_ATTRS,
     DeviceAttribute,
@@ -559,7 +559,7 @@ def _as_asked(
     try:
         return as_device(value, "device")
     except ModelInputError as error:
-        if strict:
+        if strict or not _a_word(value):  # a device torch would misread is always an error
             raise in_context(error, f"{describe(model, factory)}; {source}: ") from None
     logger.debug(
         "%s; %s is %s, which is no device torch parses: left to the package.",
@@ -568,6 +568,17 @@ def _as_asked(
         short_repr(value),
     )
     return None
+
+
+def _a_word(value: object) -> bool:
+    """Whether `value` is a package's own word (`"gpu"`), not an index or device torch misreads."""
+    if not isinstance(value, str):
+        return not is_index(value)
+    try:
+        torch.device(value)  # "cuda:256", which torch takes for cuda:0
+    except (RuntimeError, ValueError, TypeError):
+        return True
+    return False
 
 
 def realign(  # noqa: PLR0913 - one keyword per documented option
