@@ -103,6 +103,16 @@ class TestWatch:
         ):
             session()
 
+    def test_a_watch_given_options_sets_them_under_one_given_none(self) -> None:
+        """`run`'s own watch takes no options: a program's strict watch still raises."""
+        with (
+            watch_sessions(),
+            watch_sessions(resolution_mode="fail"),
+            watch_sessions(resolution_mode="fallback"),
+            pytest.raises(EnvironmentConfigurationError),
+        ):
+            session()
+
     def test_a_fallback_device_the_session_cannot_read_raises_as_in_the_core(self) -> None:
         """fallback_device='cuda:0' for a session on the CPU raises, in the core's words."""
         with pytest.raises(EnvironmentConfigurationError) as core:

@@ -181,7 +181,7 @@ def to_watch(sessions: list[object], raising: bool = True) -> None:
     if _WATCHES:
         for birth in filter(None, map(birth_of, sessions)):
             if birth.dropped and not birth.reported:
-                report_birth(birth, _WATCHES[0]._settings, raising)
+                report_birth(birth, watch_settings(), raising)
 
 
 def _pending_owner(
@@ -206,7 +206,12 @@ def _pending_owner(
 # --- the watch ----------------------------------------------------------------
 
 _WATCHES: list[SessionWatch] = []
-"""The watches in force, oldest first; the oldest one's settings apply."""
+"""The watches in force, oldest first."""
+
+
+def watch_settings() -> Settings | None:
+    """The options of the oldest watch in force that was given any (`run`'s watch takes none)."""
+    return next((watch._settings for watch in _WATCHES if watch._settings is not None), None)
 
 
 class SessionWatch(contextlib.AbstractContextManager["SessionWatch"]):
@@ -271,9 +276,10 @@ def watch_sessions(
     A session that asked for a GPU-capable provider and runs none of them
     is reported once (a `DeviceFallbackWarning` and a WARNING record), or
     raises in `"fail"` mode; a session born in a guarded load is the load's
-    to report. The oldest watch in force sets the options; those left at
-    `None` take the policy in force where the session is created. The
-    guide's "Watching every session of a process" has the details.
+    to report. The oldest watch in force that was given options sets them
+    (so a program's own watch counts under `onnx-device-guard run`); those
+    left at `None` take the policy in force where the session is created.
+    The guide's "Watching every session of a process" has the details.
 
     Args:
         resolution_mode: `"fail"` or `"fallback"`.
@@ -430,7 +436,7 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
         if _LOADS:  # born outside the loads in flight (a worker thread): they search their models
             _ELSEWHERE[0] = birth.number
         if _WATCHES and birth.dropped:
-            report_birth(birth, _WATCHES[0]._settings)
+            report_birth(birth, watch_settings())
 
 
 def born_elsewhere(since: int | None) -> bool:
