@@ -795,6 +795,12 @@ class TestRunSeesOnlyInterpreterOptions:
             (["python", "-c", "pass", "-S"], None),
             (["python", "-m", "pytest", "-I"], None),
             (["pytest", "-S"], None),
+            (["python", "-bW", "error", "-I", "app.py"], "-I"),  # -W inside a cluster
+            (["python", "--check-hash-based-pycs", "always", "-I", "app.py"], "-I"),
+            (["python", "-WE", "app.py"], None),  # E is the warning filter, not an option
+            (["python", "-Xdev", "-bS", "app.py"], "-bS"),
+            (["python", "-cI", "app.py"], None),  # the code is "I"
+            (["python", "--", "app.py", "-I"], None),
         ],
     )
     def test_only_options_before_the_program_count(

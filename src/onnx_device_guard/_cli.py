@@ -64,9 +64,6 @@ reported (a DeviceFallbackWarning and a WARNING record) or, with --strict,
 raises EnvironmentConfigurationError. The exit status is the program's.
 """
 
-_SKIPS_STARTUP = re.compile(r"-[A-Za-z]*[IES][A-Za-z]*")
-"""A Python option cluster that ignores PYTHONPATH or skips `site` (-I, -E, -S)."""
-
 
 class _Parser(argparse.ArgumentParser):
     """An `ArgumentParser` whose usage errors are one line, as the command promises."""
@@ -274,18 +271,37 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _startup_skipping(program: list[str]) -> str | None:
-    """The interpreter option of a `python ...` command line that would keep the watch out."""
+    """The interpreter option of a `python ...` command line that would keep the watch out.
+
+    Read as Python reads its options: clustered (`-bI`), `-W` and `-X` taking the rest of
+    their cluster or the next argument as their value, and `-c`, `-m` or the script
+    ending them.
+    """
     if not re.fullmatch(r"python[0-9.]*", os.path.basename(program[0])):
         return None
     arguments = iter(program[1:])
     for argument in arguments:
-        if argument in ("-W", "-X"):  # an option with a value
-            next(arguments, None)
-        elif not argument.startswith("-") or argument in ("-", "-c", "-m"):
+        if not argument.startswith("-") or argument in ("-", "--"):
             return None  # the program starts here: the rest are its own arguments
-        elif _SKIPS_STARTUP.fullmatch(argument):
-            return argument
+        kind = "takes" if argument == "--check-hash-based-pycs" else _cluster(argument)
+        if kind == "takes":
+            next(arguments, None)
+        elif kind:
+            return argument if kind == "skips" else None
     return None
+
+
+def _cluster(argument: str) -> str:
+    """What an option cluster does: "skips" (-I, -E, -S), "ends" (-c, -m), "takes" (its last
+    option's value is the next argument), or "" (none of these; long options take none)."""
+    for place, letter in enumerate(argument[1:] if argument[1] != "-" else "", start=2):
+        if letter in "IES":
+            return "skips"
+        if letter in "cm":
+            return "ends"
+        if letter in "WX":  # its value: the rest of the cluster, or the next argument
+            return "takes" if place == len(argument) else ""
+    return ""
 
 
 def _doctor(args: argparse.Namespace) -> int:
