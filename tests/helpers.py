@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from onnx_device_guard._follow import followers_of, on_set_providers
+from onnx_device_guard._births import _on_set_providers
+from onnx_device_guard._follow import followers_of
 from onnx_device_guard._policy import _innermost, current_policy
 
 
@@ -30,12 +31,12 @@ def is_followed(session: object) -> bool:
 
 
 def _hooked(cls: type) -> bool:
-    """Whether `cls.set_providers` reaches `on_set_providers` (under other wrappers, maybe)."""
+    """Whether `cls.set_providers` reaches the hook (under other wrappers, maybe)."""
     method = next(
         (vars(k)["set_providers"] for k in cls.__mro__ if "set_providers" in vars(k)), None
     )
     for _ in range(16):
-        if method is None or getattr(method, "_self_wrapper", None) is on_set_providers:
+        if method is None or getattr(method, "_self_wrapper", None) is _on_set_providers:
             return method is not None
         method = getattr(method, "__wrapped__", None)
     return False

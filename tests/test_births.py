@@ -181,6 +181,23 @@ class TestWatch:
         assert made.get_providers() == CPU  # onnxruntime got the providers as given
         assert birth_of(made).asked == ()  # type: ignore[union-attr]
 
+    def test_set_providers_renews_what_the_session_asks_for(self) -> None:
+        """A session moved to the CPU on purpose asks for the CPU: no model on it is blamed."""
+        with watch_sessions(warn=False):
+            made = session()
+            made.set_providers(CPU)
+            assert birth_of(made).asked == ()  # type: ignore[union-attr]
+            model = types.SimpleNamespace(session=made, device="cpu")
+            assert realign(model, resolution_mode="fail") == torch.device("cpu")
+
+    def test_a_drop_by_set_providers_is_the_watchs_to_report(self) -> None:
+        """set_providers asking for a GPU onnxruntime drops is reported like a birth's drop."""
+        with watch_sessions(resolution_mode="fail"), warnings.catch_warnings():
+            made = session(CPU)
+            warnings.simplefilter("ignore")
+            with pytest.raises(EnvironmentConfigurationError, match="dropped CUDA"):
+                made.set_providers(CUDA)
+
     def test_a_subclass_is_observed_once(self, caught: list[warnings.WarningMessage]) -> None:
         """A subclass of InferenceSession calling super().__init__ is one birth."""
 

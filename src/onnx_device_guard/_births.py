@@ -388,7 +388,7 @@ def _install(onnxruntime: Any) -> None:
         options_class: Any = getattr(onnxruntime, "SessionOptions", None)
         for owner, name, hook in (
             (session_class, "__init__", _on_init),
-            (session_class, "set_providers", on_set_providers),  # for `_follow`
+            (session_class, "set_providers", _on_set_providers),
             (options_class, "add_provider", _on_add_provider),
         ):
             if hasattr(owner, name):
@@ -452,32 +452,57 @@ def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birt
         sess_options = kwargs.get("sess_options", sess_options)
         providers = kwargs.get("providers", providers)
         options = kwargs.get("provider_options", options)
+    if isinstance(source, bytes):
+        file = f"<a model of {len(source)} bytes>"
+    else:  # escaped where it is shown
+        file = str(os.fspath(source)) if source is not None else "<no model>"
+    added = _ADDED.get(sess_options, []) if not providers and sess_options is not None else None
+    got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
+    return Birth(file, *_asked(file, providers, options, added), got, number=next(_NUMBERS))
+
+
+def _asked(
+    file: str, providers: Any, options: Any, added: list[Any] | None = None
+) -> tuple[tuple[str, ...], int]:
+    """The GPU-capable providers asked for, and the first one's `device_id` (0 if none)."""
     listed = list(options or ())  # onnxruntime takes a list shorter than the providers too
-    asked: list[tuple[Any, Any]] = [
+    asked: list[tuple[Any, Any]] = added or [
         (provider, listed[n] if n < len(listed) else None)
         if isinstance(provider, str)
         else (*provider, None)[:2]
         for n, provider in enumerate(providers or ())
     ]
-    if not providers and sess_options is not None:
-        asked = _ADDED.get(sess_options, [])
     gpu = [  # options it cannot use (`None`, say) onnxruntime leaves at their defaults
         (name, option if isinstance(option, Mapping) else {})
         for name, option in asked
         if isinstance(name, str) and name in GPU_CAPABLE_EXECUTION_PROVIDERS
     ]
     raw = gpu[0][1].get("device_id", 0) if gpu else 0
-    if isinstance(source, bytes):
-        file = f"<a model of {len(source)} bytes>"
-    else:  # escaped where it is shown
-        file = str(os.fspath(source)) if source is not None else "<no model>"
     if (device_id := parse_device_id(raw)) is None:
         logger.warning(
             f"The session of {short_repr(file, 200)} asked {gpu[0][0]} for device_id="
             f"{short_repr(raw)}, which is no GPU index torch addresses: it is taken as GPU 0."
         )
-    got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
-    return Birth(file, tuple(name for name, _ in gpu), device_id or 0, got, number=next(_NUMBERS))
+    return tuple(name for name, _ in gpu), device_id or 0
+
+
+def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any:
+    """`InferenceSession.set_providers`, wrapped: its birth record says what it asks for now,
+    before the models following it are aligned again; a drop no model reports is the watch's."""
+    birth = birth_of(session)
+    if birth is None:
+        return on_set_providers(wrapped, session, args, kwargs)
+
+    def set_providers(providers: Any = None, provider_options: Any = None) -> Any:
+        result = wrapped(providers, provider_options)
+        with contextlib.suppress(Exception):  # never break the user's call over a record
+            birth.asked, birth.device_id = _asked(birth.file, providers, provider_options)
+            birth.got, birth.reported = tuple(_hooks[0][0].get_providers(session)), False
+        return result
+
+    result = on_set_providers(set_providers, session, args, kwargs)
+    to_watch([session])
+    return result
 
 
 # --- reporting a birth on its own -------------------------------------------
