@@ -16,7 +16,7 @@ from typing import Any
 import cloudpickle
 import torch
 
-from onnx_device_guard import device_guard, device_policy
+from onnx_device_guard import device_guard, device_policy, patch
 from onnx_device_guard._policy import current_policy
 from tests.sessions import cpu_session
 
@@ -72,8 +72,23 @@ def local_factory() -> Any:
 strict_lambda: Callable[[], MainModel] = lambda: MainModel()  # noqa: E731
 
 
+class PatchedLoader:
+    """A loader in ``__main__`` whose methods ``patch`` guards: no worker can look them up."""
+
+    @classmethod
+    def load(cls) -> MainModel:
+        return MainModel()
+
+    def load_here(self) -> MainModel:
+        return MainModel()
+
+
 def main() -> None:
+    patch("__main__:PatchedLoader.load", resolution_mode="fail")
+    patch("__main__:PatchedLoader.load_here", resolution_mode="fail")
     objects = {
+        "patched classmethod": PatchedLoader.load,
+        "patched bound method": PatchedLoader().load_here,
         "main function": load_strictly,
         "local function": local_factory(),
         "lambda": device_guard(resolution_mode="fail")(strict_lambda),

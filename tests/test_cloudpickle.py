@@ -75,6 +75,8 @@ STRICT_FROM_MAIN = [
     "lambda",
     "classmethod, guard inside",
     "classmethod, guard outside",
+    "patched classmethod",
+    "patched bound method",
 ]
 
 

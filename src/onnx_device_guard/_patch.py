@@ -445,7 +445,9 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         return binding
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        return (_guarded_elsewhere, (self._self_target, self._self_options))
+        if self._self_target.startswith("__main__:"):  # a worker cannot look it up: it travels
+            return (_guarded_elsewhere, (self._self_target, self._self_options, self.__wrapped__))
+        return (_guarded_elsewhere, (self._self_target, self._self_options, None))
 
     def __deepcopy__(self, memo: object = None) -> PatchedFunction:
         return self
@@ -466,9 +468,10 @@ class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
 PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: ignore[misc]
 
 
-def _guarded_elsewhere(target: str, options: GuardOptions, *binding: Any) -> Any:
-    """Unpickle a patched function or bound method: the target as this process has it, guarded."""
-    patched = wrapt.resolve_path(*target.split(":"))[2]
+def _guarded_elsewhere(target: str, options: GuardOptions, carried: Any, *binding: Any) -> Any:
+    """Unpickle a patched function or bound method: the target as this process has it (or as
+    it `carried` it, from a `__main__` no other process has), guarded."""
+    patched = carried if carried is not None else wrapt.resolve_path(*target.split(":"))[2]
     if not isinstance(patched, PatchedFunction):  # else patched here too
         patched = PatchedFunction(patched, target, options)
     return patched.__get__(*binding) if binding else patched
