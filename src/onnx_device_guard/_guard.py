@@ -81,7 +81,7 @@ def device_guard(  # noqa: PLR0913 - one keyword per documented option
     and writes a changed device back. It guards functions, methods, class and
     static methods, `async def` factories and classes, keeping their name,
     signature and types. Settings left at `None` take the policy in force
-    when the factory is called.
+    when the factory runs (an `async def` one's, when it is awaited).
 
     Args:
         wrapped: The factory; given when the decorator is used bare.
