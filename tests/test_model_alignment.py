@@ -425,6 +425,27 @@ class TestAlignedDeviceWithSeveralSessions:
             assert d == torch.device("cpu")
 
 
+class TestTheSessionAtFaultIsNamed:
+    """When sessions disagree, the one that parts from the device asked for is named."""
+
+    @pytest.mark.parametrize(("asked", "at_fault"), [("cuda:0", "text"), ("cuda:1", "vision")])
+    def test_whichever_gpu_is_asked_for(self, asked: str, at_fault: str) -> None:
+        @device_guard(session_attr=("vision", "text"))
+        def load() -> TwoTower:
+            return TwoTower(cuda_session(0), cuda_session(1), asked)
+
+        with recorded_logs() as records:
+            assert load().device == "cpu"
+        [record] = records
+        assert vars(record)["odg_sessions"] == [at_fault]
+        assert f"'{at_fault}' cannot read the GPU the others run on" in record.getMessage()
+
+    def test_in_aligned_device_too(self) -> None:
+        with recorded_logs() as records, aligned_device([cuda_session(0), cuda_session(1)], 0):
+            pass
+        assert vars(records[-1])["odg_sessions"] == ["sessions[1]"]
+
+
 class TestSessionsOnDifferentGPUsError:
     """When not even the fallback device suits every session, the error names them."""
 
