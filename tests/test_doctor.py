@@ -437,6 +437,19 @@ class TestAdvice:
         assert "ask for device 'cpu'" not in text
         assert "fix the causes above" not in text
 
+    def test_torch_failing_to_make_the_inputs_is_not_blamed_on_onnxruntime(self) -> None:
+        """A torch build without 'mps' fails before any session runs: torch is named."""
+        failed = InferenceCheck(
+            "failed",
+            "InferenceSession.run on mps with x float32[1,4]: creating the inputs on mps raised "
+            "RuntimeError: PyTorch is not linked with support for mps devices",
+        )
+        facts = fake_facts(
+            cpu_session(), device="mps", available=(CPU,), torch_gpu_build=None, inference=failed
+        )
+        fix = only(facts, "inference-failed").fix
+        assert fix == "This torch build cannot put tensors on 'mps': ask for device 'cpu'."
+
     def test_inconclusive_advice_names_the_input_and_the_options(self) -> None:
         """The fix names the input and shows --input, --dim and --no-inference."""
         unsure = InferenceCheck(

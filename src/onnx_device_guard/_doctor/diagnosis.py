@@ -350,9 +350,10 @@ def _inference_findings(facts: Facts) -> list[Finding]:
     check, aligned = facts.inference, str(facts.aligned_device)
     if check.status == "failed":
         fix = (
-            f"The session cannot run on {aligned!r}: fix the causes above (if any), or ask for "
-            "device 'cpu'."
+            f"The session cannot run on {aligned!r}: fix any cause above, or ask for device 'cpu'."
             if facts.aligned_device.type == "cuda"
+            else f"This torch build cannot put tensors on {aligned!r}: ask for device 'cpu'."
+            if "creating the inputs on" in check.detail  # torch's error: no session ran
             else f"onnxruntime cannot run this model on {aligned!r} with its own provider; its "
             "error above says why."
         )
