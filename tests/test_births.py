@@ -198,6 +198,34 @@ class TestWatch:
             with pytest.raises(EnvironmentConfigurationError, match="dropped CUDA"):
                 made.set_providers(CUDA)
 
+    def test_a_drop_a_following_model_survives_is_the_watchs_to_report(self) -> None:
+        """A model already on the CPU follows quietly; the watch still hears of the drop."""
+        script = textwrap.dedent(
+            """
+            import warnings, onnxruntime, torch
+            from onnx_device_guard import (
+                EnvironmentConfigurationError, device_guard, example_model, watch_sessions
+            )
+            CPU = ["CPUExecutionProvider"]
+            warnings.simplefilter("ignore")
+
+            class Model:
+                def __init__(self):
+                    self.device = torch.device("cpu")
+                    self.session = onnxruntime.InferenceSession(example_model(), providers=CPU)
+
+            with watch_sessions(resolution_mode="fail"):
+                model = device_guard(lambda: Model())()
+                model.session.set_providers(["AzureExecutionProvider", *CPU])  # followed
+                try:
+                    model.session.set_providers(["CUDAExecutionProvider", *CPU])
+                    print("silent")
+                except EnvironmentConfigurationError:
+                    print("raised")
+            """
+        )
+        assert_prints(script, "raised")
+
     def test_a_subclass_is_observed_once(self, caught: list[warnings.WarningMessage]) -> None:
         """A subclass of InferenceSession calling super().__init__ is one birth."""
 

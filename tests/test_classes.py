@@ -204,6 +204,24 @@ class TestSubclasses:
             Child(use_gpu=True)
         assert Child(use_gpu=False).path == "model.onnx"
 
+    def test_a_dataclass_subclass_hands_the_base_its_own_call(self) -> None:
+        """@dataclass writes its __init__ after the guard: the base's call is still the base's."""
+
+        @device_guard(resolution_mode="fail")
+        class Base:
+            def __init__(self, path: str, device: str = "cpu") -> None:
+                self.path, self.session = path, cpu_session()
+
+        @dataclass
+        class Sub(Base):
+            device: str = "cpu"
+            path: str = "model.onnx"
+
+            def __post_init__(self) -> None:
+                super().__init__(self.path, self.device)
+
+        assert Sub(device="cpu", path="cuda").path == "cuda"  # no 'cuda' asked: no error
+
     def test_subclass_defined_after_guarding_is_aligned_once(self) -> None:
         """A new subclass's __init__ is covered, and the providers are read once."""
 

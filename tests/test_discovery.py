@@ -355,6 +355,19 @@ class TestDiscovery:
         assert len(searched) <= MAX_VALUES
         assert unreached == (f"the rest of the model (past {MAX_VALUES} values)",)
 
+    def test_a_key_whose_repr_raises_is_named_by_its_place(self) -> None:
+        """A dict key of a str subclass is shown as `[...]`: its own repr never runs."""
+
+        class Key(str):
+            def __repr__(self) -> str:
+                raise RuntimeError("repr")
+
+        class Holder:
+            def __init__(self) -> None:
+                self.sessions = {Key("det"): runnable_cpu_session()}
+
+        assert [path for path, _ in discover_sessions(Holder())[0]] == ["sessions[...]"]
+
     def test_a_simple_namespace_is_searched(self) -> None:
         """types.SimpleNamespace keeps its attributes in a __dict__ too."""
         import types

@@ -493,10 +493,12 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
     if birth is None:
         return on_set_providers(wrapped, session, args, kwargs)
 
-    def set_providers(providers: Any = None, provider_options: Any = None) -> Any:
-        result = wrapped(providers, provider_options)
+    def set_providers(*args: Any, **kwargs: Any) -> Any:
+        result = wrapped(*args, **kwargs)  # onnxruntime's own errors for arguments it refuses
         with contextlib.suppress(Exception):  # never break the user's call over a record
-            birth.asked, birth.device_id = _asked(birth.file, providers, provider_options)
+            providers = args[0] if args else kwargs.get("providers")
+            options = args[1] if len(args) > 1 else kwargs.get("provider_options")
+            birth.asked, birth.device_id = _asked(birth.file, providers, options)
             birth.got, birth.reported = tuple(_hooks[0][0].get_providers(session)), False
         return result
 

@@ -276,7 +276,7 @@ def _values(path: str, value: object, unreached: list[str], nesting: int = 0) ->
         unreached.append(f"{path} (past {past})")
     values: Sessions = []
     for key, child in shown:
-        item_path = f"{path}[{key!r}]" if isinstance(key, str | int) else f"{path}[...]"
+        item_path = f"{path}[{key!r}]" if type(key) in (str, int) else f"{path}[...]"
         values.extend(_values(item_path, child, unreached, nesting + 1))
     return values
 

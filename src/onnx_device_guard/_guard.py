@@ -186,7 +186,7 @@ _WRAPPER_MARK = "__onnx_device_guard_init__"
 
 _constructing = threading.local()
 """Its `calls`: for each instance whose `__init__` runs in this thread (by id), the call each
-wrapped `__init__` got, by the class whose own it is (the outermost by the instance's type)."""
+wrapped `__init__` got, by the class whose own it is, the outermost first."""
 
 
 @dataclass
@@ -297,7 +297,7 @@ def _align(
     for klass in cls.__mro__:
         guard = class_guard(klass)
         if guard is not None:
-            called = klass if klass in calls else cls
+            called = klass if klass in calls else next(iter(calls))  # else the outermost call
             args, kwargs = calls[called]
             load = Load(guard.options, cls, args, kwargs, signature_of(called), guard.origin)
             align_model(instance, load, collected)
@@ -370,7 +370,7 @@ def _construct(
         constructing[key].setdefault(cls, (args, kwargs))
         init(instance, *args, **kwargs)
         return
-    calls = constructing[key] = {type(instance): (args, kwargs)}
+    calls = constructing[key] = {cls: (args, kwargs)}
     try:
         with collecting() as collected:
             init(instance, *args, **kwargs)

@@ -184,14 +184,15 @@ class Load:
         aligned, report, source = self._plan(model, planned, devices, note, dropped)
         if report is None:
             return aligned
-        heard = self._heard(planned, dropped, report.requested, followed)
         kept = attribute is not None and devices[-1][0] == aligned  # the attribute's own, checked
+        # A provider change it survives, or a later session that repeats the warned fallback: DEBUG,
+        # and a drop it survives is left for a watch to report.
+        fallback = (report.requested, aligned, bool(dropped))
+        survived = kept and (followed or (opened_later and self.warned == fallback))
+        heard = self._heard(planned, [] if survived else dropped, report.requested, followed)
         outcome = (
             "" if attribute is None or kept else _write_back(model, factory, attribute, aligned)
         )
-        # A provider change it survives, or a later session that repeats the warned fallback: DEBUG.
-        fallback = (report.requested, aligned, bool(dropped))
-        survived = kept and (followed or (opened_later and self.warned == fallback))
         warn = used.warn and not heard and not survived
         if warn and opened_later:
             self.warned = fallback
