@@ -219,10 +219,9 @@ def plan_alignment(
     at_fault = [name for name, one in sessions if find_mismatch(one, aligned)] if several else []
     if not at_fault:
         return aligned, Fallback(requested, aligned, tuple(mismatches))
-    if len(off := [name for name, one in sessions if find_mismatch(one, requested)]) < len(
-        sessions
-    ):
-        at_fault = off  # those that part from the device asked for, when some keep to it
+    off = [name for name, one in sessions if find_mismatch(one, requested)]
+    if len(off) < len(sessions):  # some keep to the device asked for: the others are at fault
+        at_fault = off
     if any(find_mismatch(session, fallback) for _, session in sessions):
         raise EnvironmentConfigurationError(
             f"The model's sessions run on different GPUs, so {', '.join(map(repr, at_fault))} "

@@ -281,8 +281,8 @@ class Load:
                 devices.append((as_device(attribute.value, "device"), source))
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error
-        elif not devices and (not recorded or self.factory is None):  # `realign`: whatever
-            raise _no_device(model, self.factory)  # the sessions' births said
+        elif not devices and (not recorded or self.factory is None):  # births excuse a call,
+            raise _no_device(model, self.factory)  # never a `realign`, which has none
         dropped = [b for b in births if b is not None and b.dropped] if recorded else []
         dropped.sort(key=lambda birth: birth.reported)  # a new drop is the one a report explains
         return devices, [*asking, *heard], dropped
