@@ -238,8 +238,15 @@ def guard_class(cls: type, options: GuardOptions, origin: object = None) -> None
     # A __new__ (of the class or a base) may return another type: then no __init__ runs.
     if any("__new__" in vars(klass) for klass in cls.__mro__[:-1]):
         _replace(guard, cls, "__new__", _new_wrapper(cls, cls.__dict__.get("__new__")))
-    hook = _init_subclass_hook(cls, cls.__dict__.get("__init_subclass__"), guard)
-    _replace(guard, cls, "__init_subclass__", hook)
+    own = cls.__dict__.get("__init_subclass__")
+
+    # It runs the class's own __init_subclass__ (or the inherited one), then wraps __init__.
+    def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
+        _own_or_inherited(cls, own, "__init_subclass__", subclass)(**kwargs)
+        _wrap_inits(subclass, guard)  # a new class: it has no subclasses yet
+
+    __init_subclass__.__qualname__ = f"{cls.__qualname__}.__init_subclass__"
+    _replace(guard, cls, "__init_subclass__", classmethod(__init_subclass__))
     _wrap_inits(cls, guard)
 
 
@@ -278,14 +285,6 @@ def read_signature(factory: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
-def signature_of(cls: type) -> inspect.Signature | None:
-    try:
-        return _SIGNATURES[cls]
-    except KeyError:
-        signature = _SIGNATURES[cls] = read_signature(cls)
-        return signature
-
-
 def _align(
     instance: object, cls: type, calls: dict[type, Any], collected: collecting | None = None
 ) -> None:
@@ -299,7 +298,11 @@ def _align(
         if guard is not None:
             called = klass if klass in calls else next(iter(calls))  # else the outermost call
             args, kwargs = calls[called]
-            load = Load(guard.options, cls, args, kwargs, signature_of(called), guard.origin)
+            try:
+                signature = _SIGNATURES[called]
+            except KeyError:
+                signature = _SIGNATURES[called] = read_signature(called)
+            load = Load(guard.options, cls, args, kwargs, signature, guard.origin)
             align_model(instance, load, collected)
             return
     if collected is not None:  # unguarded while it was built: its sessions are not lost
@@ -405,14 +408,3 @@ def _inherited_init(cls: type) -> Callable[..., None]:
     if inherited is not object.__init__:
         __init__.__wrapped__ = inherited  # type: ignore[attr-defined]
     return __init__
-
-
-def _init_subclass_hook(cls: type, own: Any, guard: _ClassGuard) -> classmethod[Any, Any, None]:
-    """`cls`'s `__init_subclass__`: runs its `own` (or the inherited one), then wraps `__init__`."""
-
-    def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
-        _own_or_inherited(cls, own, "__init_subclass__", subclass)(**kwargs)
-        _wrap_inits(subclass, guard)  # a new class: it has no subclasses yet
-
-    __init_subclass__.__qualname__ = f"{cls.__qualname__}.__init_subclass__"
-    return classmethod(__init_subclass__)
