@@ -285,9 +285,7 @@ def read_signature(factory: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
-def _align(
-    instance: object, cls: type, calls: dict[type, Any], collected: collecting | None = None
-) -> None:
+def _align(instance: object, cls: type, calls: dict[type, Any], collected: collecting) -> None:
     """Align a new `instance` of `cls` with the options of the nearest guarded class.
 
     The call read is the one that class's own `__init__` got, where a subclass's made it
@@ -305,8 +303,7 @@ def _align(
             load = Load(guard.options, cls, args, kwargs, signature, guard.origin)
             align_model(instance, load, collected)
             return
-    if collected is not None:  # unguarded while it was built: its sessions are not lost
-        pass_on(collected.born, owned=False)
+    pass_on(collected.born, owned=False)  # unguarded while it was built: its sessions are not lost
 
 
 def _new_wrapper(cls: type, new: Any) -> Any:
