@@ -1,7 +1,5 @@
 """The options, each kind one immutable value checked in one place.
 
-`Settings` is what a user gave (a `None` field inherits), `Resolved` what a
-call uses (every field filled in), and `GuardOptions` all a guard was given.
 They are plain configuration: they pickle, compare by value and hold no run-time state.
 """
 
@@ -108,15 +106,13 @@ class GuardOptions:
 
 def guard_options(given: Mapping[str, Any]) -> GuardOptions:
     """The guard's options in `given` (a caller's `locals()`: its parameters by name), checked."""
-    require_session = given.get("require_session")
+    required = given.get("require_session")
     return GuardOptions(
         settings=settings(given["resolution_mode"], given["fallback_device"], given["warn"]),
         session_attr=_session_source(given["session_attr"]),
         device_attr=None if given["device_attr"] is None else _device_attr(given["device_attr"]),
         device=_device_option(given["device"]),
-        require_session=None
-        if require_session is None
-        else check_flag("require_session", require_session),
+        require_session=None if required is None else check_flag("require_session", required),
         follow=check_flag("follow", given.get("follow", False)),
     )
 
