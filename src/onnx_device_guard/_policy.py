@@ -1,20 +1,9 @@
 """The settings in force for a call: `device_policy` scopes, over defaults from the environment.
 
-Outside every scope, operators set the defaults without code changes:
+Outside every scope, operators set the defaults without code changes: the `VARIABLES`, read at
+first use, not at import, so a bad value cannot stop `import onnx_device_guard`.
 
-* `ONNX_DEVICE_GUARD_RESOLUTION_MODE`: `fail` or `fallback`;
-* `ONNX_DEVICE_GUARD_FALLBACK_DEVICE`: a device torch parses, such as `cpu`;
-* `ONNX_DEVICE_GUARD_WARN`: a yes/no switch (`parse_switch`): yes logs fallbacks at
-  WARNING, no at DEBUG.
-
-They are read at first use, not at import, so a bad value cannot stop
-`import onnx_device_guard`; it raises `ModelInputError` naming the variable
-at every use until fixed. Once read without error they are kept: reading
-`os.environ` per call costs more than the check.
-
-A scope is a `ContextVar` value linked to the scope it was entered in. One left
-out of order raises and is never in force again; a forked process ignores the
-scopes it inherits.
+A scope is a `ContextVar` value linked to the scope it was entered in.
 """
 
 from __future__ import annotations
