@@ -46,23 +46,20 @@ for _error in (
 del _error
 
 _LAZY = {
-    "GPU_CAPABLE_EXECUTION_PROVIDERS": "._providers",
-    "DeviceMismatchResolutionMode": "._options",
-    "Patch": "._patch",
-    "SessionWatch": "._births",
-    "align_device_with_onnx_session": "._alignment",
-    "aligned_device": "._alignment",
-    "device_guard": "._guard",
-    "device_policy": "._policy",
-    "example_model": "._tiny",
-    "patch": "._patch",
-    "realign": "._model_alignment",
-    "watch_sessions": "._births",
+    "._alignment": ("align_device_with_onnx_session", "aligned_device"),
+    "._births": ("SessionWatch", "watch_sessions"),
+    "._guard": ("device_guard",),
+    "._model_alignment": ("realign",),
+    "._options": ("DeviceMismatchResolutionMode",),
+    "._patch": ("Patch", "patch"),
+    "._policy": ("device_policy",),
+    "._providers": ("GPU_CAPABLE_EXECUTION_PROVIDERS",),
+    "._tiny": ("example_model",),
 }
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = next((module for module, names in _LAZY.items() if name in names), None)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)
@@ -71,7 +68,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *(name for names in _LAZY.values() for name in names)})
 
 
 __all__ = [
