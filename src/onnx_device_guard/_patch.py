@@ -1,9 +1,7 @@
 """`patch`: guard a third-party factory where it is defined, without editing its package.
 
-A function is replaced in its module and every module that copied it; a
-class is guarded in place (`_guard`). `_ImportFinder` patches a module
-imported later, or executed again (wrapt's post-import hooks fire once, so a
-reload would lose the patch).
+`_ImportFinder` patches a module imported later, or executed again (wrapt's post-import
+hooks fire once, so a reload would lose the patch).
 """
 
 from __future__ import annotations
@@ -414,8 +412,7 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         function = wrapped.__func__ if isinstance(wrapped, classmethod | staticmethod) else wrapped
         align = call_and_align_async if inspect.iscoroutinefunction(function) else call_and_align
         signature = read_signature(function)  # once here, not at every call
-        parameters = [] if signature is None else list(signature.parameters.values())
-        bound = None if signature is None else signature.replace(parameters=parameters[1:])
+        bound = signature and signature.replace(parameters=list(signature.parameters.values())[1:])
 
         def guard(wrapped: Any, instance: object, args: Any, kwargs: Any) -> Any:
             # wrapt has bound `wrapped` to the instance (or class), which is never passed
