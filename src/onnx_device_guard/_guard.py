@@ -1,11 +1,9 @@
 """`device_guard`: align the device of each model a factory returns, or each instance of a class.
 
-A function is wrapped in a closure that pickles. A class is guarded in place:
-the `__init__` of the class and of every subclass, present and future, is
-wrapped, and the ids of the instances under construction in this thread tell
-the outermost call, which aligns. What is installed refers only to the
-options, the original methods and module-level functions, so a class
-cloudpickled by value arrives guarded.
+A function is wrapped in a closure that pickles. A class is guarded in place: the `__init__` of
+the class and of every subclass, present and future, is wrapped. What is installed refers only
+to the options, the original methods and module-level functions, so a class cloudpickled by
+value arrives guarded.
 """
 
 from __future__ import annotations
