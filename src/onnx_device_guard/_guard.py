@@ -238,7 +238,6 @@ def guard_class(cls: type, options: GuardOptions, origin: object = None) -> None
         _replace(guard, cls, "__new__", _new_wrapper(cls, cls.__dict__.get("__new__")))
     own = cls.__dict__.get("__init_subclass__")
 
-    # It runs the class's own __init_subclass__ (or the inherited one), then wraps __init__.
     def __init_subclass__(subclass: type[Any], /, **kwargs: Any) -> None:  # noqa: N807
         _own_or_inherited(cls, own, "__init_subclass__", subclass)(**kwargs)
         _wrap_inits(subclass, guard)  # a new class: it has no subclasses yet
