@@ -35,16 +35,6 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-# Errors and warnings show in tracebacks under the name users import them by.
-for _error in (
-    DeviceGuardError,
-    ModelInputError,
-    EnvironmentConfigurationError,
-    DeviceFallbackWarning,
-):
-    _error.__module__ = __name__
-del _error
-
 _LAZY = {
     "._alignment": ("align_device_with_onnx_session", "aligned_device"),
     "._births": ("SessionWatch", "watch_sessions"),

@@ -30,6 +30,8 @@ class DeviceGuardError(Exception):
         'https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#guarded-factories'
     """
 
+    __module__ = "onnx_device_guard"  # shown in tracebacks: the name users import it by
+
     default_help_url = help_url("troubleshooting", "guarded-factories")
     """The `help_url` an error of this class gets when none is passed."""
 
@@ -69,6 +71,7 @@ class ModelInputError(DeviceGuardError, ValueError):
         warn must be True or False; got str 'yes'.
     """
 
+    __module__ = "onnx_device_guard"
     default_help_url = help_url("troubleshooting", "bad-arguments")
 
 
@@ -88,6 +91,7 @@ class EnvironmentConfigurationError(DeviceGuardError, RuntimeError):
         'https://onnx-device-guard.readthedocs.io/en/latest/troubleshooting/#no-data-transfer-registered'
     """
 
+    __module__ = "onnx_device_guard"
     default_help_url = help_url("troubleshooting", "no-data-transfer-registered")
 
 
@@ -113,6 +117,8 @@ class DeviceFallbackWarning(UserWarning):
         >>> [warning.category.__name__ for warning in caught]
         ['DeviceFallbackWarning']
     """
+
+    __module__ = "onnx_device_guard"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
