@@ -2,8 +2,6 @@
 
 Outside every scope, operators set the defaults without code changes: the `VARIABLES`, read at
 first use, not at import, so a bad value cannot stop `import onnx_device_guard`.
-
-A scope is a `ContextVar` value linked to the scope it was entered in.
 """
 
 from __future__ import annotations
