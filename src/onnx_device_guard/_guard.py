@@ -181,7 +181,6 @@ _GUARD = "__onnx_device_guard_class__"
 _WRAPPER_MARK = "__onnx_device_guard_init__"
 """Set on every `__init__` this module makes, so none is wrapped twice."""
 
-
 _constructing = threading.local()
 """Its `calls`: for each instance whose `__init__` runs in this thread (by id), the call each
 wrapped `__init__` got, by the class whose own it is, the outermost first."""
