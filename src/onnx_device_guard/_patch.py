@@ -18,7 +18,7 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
 from typing import Any
@@ -474,9 +474,8 @@ def _guarded_elsewhere(target: str, options: GuardOptions, carried: Any, *bindin
     return patched.__get__(*binding) if binding else patched
 
 
-def _references(value: object) -> list[tuple[dict[str, Any], str]]:
+def _references(value: object) -> Iterator[tuple[dict[str, Any], str]]:
     """Every `(module namespace, name)` that holds `value` itself, read without `__getattr__`."""
-    found: list[tuple[dict[str, Any], str]] = []
     for module in list(sys.modules.values()):
         if not isinstance(module, types.ModuleType):
             # Some packages put other objects in sys.modules; typeshed says they cannot.
@@ -486,5 +485,4 @@ def _references(value: object) -> list[tuple[dict[str, Any], str]]:
             items = list(namespace.items())
         except Exception:  # a module that refuses to be read holds nothing of ours
             continue
-        found.extend((namespace, name) for name, held in items if held is value)
-    return found
+        yield from ((namespace, name) for name, held in items if held is value)
