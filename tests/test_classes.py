@@ -505,6 +505,38 @@ class TestCustomNew:
         with pytest.raises(EnvironmentConfigurationError, match="'cuda'"):
             Embedder("model.onnx", "cuda") if how == "positionally" else Embedder("model.onnx")
 
+    @pytest.mark.parametrize("how", ["positionally", "by keyword"])
+    def test_an_own_new_beside_init_leaves_the_call_to_init(self, how: str) -> None:
+        """`inspect.signature` shows an own `__new__(*args, **kwargs)`; `__init__` got the call."""
+
+        @device_guard(resolution_mode="fail")
+        class Embedder:
+            def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+                return super().__new__(cls)
+
+            def __init__(self, path: str, device: str = "cpu") -> None:
+                self.session, self.device = cpu_session(), "cpu"
+
+        with pytest.raises(EnvironmentConfigurationError, match="'cuda'"):
+            Embedder("model.onnx", "cuda") if how == "positionally" else Embedder(
+                "m", device="cuda"
+            )
+        assert Embedder("model.onnx").device == "cpu"
+
+    def test_an_own_new_beside_init_gives_a_device_callable_the_init_arguments(self) -> None:
+        @device_guard(device=lambda call: "cuda" if call["use_cuda"] else "cpu", warn=False)
+        class Tagger:
+            def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+                return super().__new__(cls)
+
+            def __init__(self, use_cuda: bool = False) -> None:
+                self.session = cpu_session()
+
+        Tagger()
+        with recorded_logs() as records:
+            Tagger(True)
+        assert [vars(record)["odg_requested_device"] for record in records] == ["cuda"]
+
     def test_new_returning_another_type_is_aligned(self) -> None:
         """No __init__ of the class runs, so the object __new__ returned is aligned there."""
 

@@ -179,7 +179,8 @@ _GUARD = "__onnx_device_guard_class__"
 """The attribute, in a guarded class's own `__dict__`, that holds its `_ClassGuard`."""
 
 _WRAPPER_MARK = "__onnx_device_guard_init__"
-"""Set on every `__init__` this module makes, so none is wrapped twice."""
+"""Set on every `__init__` this module makes, so none is wrapped twice: `True` on one that
+runs its class's own `__init__`, `False` on one that runs the inherited one."""
 
 _constructing = threading.local()
 """Its `calls`: for each instance whose `__init__` runs in this thread (by id), the call each
@@ -270,7 +271,7 @@ def _replace(guard: _ClassGuard, owner: type, name: str, value: Any) -> None:
 
 
 _SIGNATURES: weakref.WeakKeyDictionary[type, inspect.Signature | None] = weakref.WeakKeyDictionary()
-"""Each guarded class's constructor signature, read once: reading it costs more than the check."""
+"""What each class's `__init__` takes, read once: reading it costs more than the check."""
 
 
 def read_signature(factory: Callable[..., Any]) -> inspect.Signature | None:
@@ -295,11 +296,22 @@ def _align(instance: object, cls: type, calls: dict[type, Any], collected: colle
             try:
                 signature = _SIGNATURES[called]
             except KeyError:
-                signature = _SIGNATURES[called] = read_signature(called)
+                signature = _SIGNATURES[called] = _init_signature(called)
             load = Load(guard.options, cls, args, kwargs, signature, guard.origin)
             align_model(instance, load, collected)
             return
     pass_on(collected.born, owned=False)  # unguarded while it was built: its sessions are not lost
+
+
+def _init_signature(cls: type) -> inspect.Signature | None:
+    """What the `__init__` that `cls` runs takes, but `self`; the class's own signature when
+    that is object's. `inspect.signature(cls)` shows an own `__new__(*args, **kwargs)` first."""
+    inits = (vars(klass).get("__init__") for klass in cls.__mro__)
+    init = next(i for i in inits if i is not None and getattr(i, _WRAPPER_MARK, True))
+    if init is object.__init__:
+        return read_signature(cls)
+    signature = read_signature(init)
+    return signature and signature.replace(parameters=[*signature.parameters.values()][1:])
 
 
 def _new_wrapper(cls: type, new: Any) -> Any:
@@ -331,7 +343,7 @@ def _own_or_inherited(cls: type, own: Any, name: str, klass: type) -> Any:
 def _wrap_inits(cls: type, guard: _ClassGuard) -> None:
     """Wrap each own `__init__` not wrapped yet, of `cls` and its subclasses at any depth."""
     init = cls.__dict__.get("__init__")
-    if init is not None and getattr(init, _WRAPPER_MARK, False) is not True:
+    if init is not None and not hasattr(init, _WRAPPER_MARK):
         with contextlib.suppress(TypeError, AttributeError):  # an extension type: nothing to wrap
             _replace(guard, cls, "__init__", _init_wrapper(cls, init))
     subclasses: list[type] = type.__subclasses__(cls)
@@ -352,7 +364,7 @@ def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
     def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         _construct(cls, original, self, args, kwargs)
 
-    setattr(__init__, _WRAPPER_MARK, True)
+    setattr(__init__, _WRAPPER_MARK, init is not None)
     return __init__
 
 
