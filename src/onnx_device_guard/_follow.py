@@ -66,14 +66,11 @@ class _Watch(NamedTuple):
     origin: Origin | None
 
 
-class _Followers:
+class _Followers(NamedTuple):
     """The watches on one session, by (id of model, key), oldest first; and its lock."""
 
-    __slots__ = ("lock", "watches")
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()  # re-entrant: a callback may change the session again
-        self.watches: dict[Hashable, _Watch] = {}
+    lock: threading.RLock  # re-entrant: a callback may change the session again
+    watches: dict[Hashable, _Watch]
 
 
 _FOLLOWED: ObjectTable[_Followers] = ObjectTable()
@@ -109,6 +106,7 @@ def watch(
             "weakly referenced (a built-in type, or __slots__ without '__weakref__'), and a "
             "strong reference would keep every model alive. Use a class of your own, or add "
             "'__weakref__' to __slots__. " + _AT_LOAD_ONLY,
+            logging.WARNING,
         )
         return 0
     if origin is not None and origin.cancelled:
@@ -128,7 +126,7 @@ def watch(
                 if origin is not None and origin.cancelled:
                     return 0
                 if (followers := _FOLLOWED.get(session)) is None:
-                    _FOLLOWED.set(session, followers := _Followers())
+                    _FOLLOWED.set(session, followers := _Followers(threading.RLock(), {}))
                 forget = functools.partial(_forget, followers.watches, entry)
                 watched = _Watch(weakref.ref(model, forget), session_name, on_change, origin)
                 followers.watches[entry] = watched
@@ -249,10 +247,8 @@ def _snapshot(session: Any) -> tuple[Providers, object]:
     return providers, options
 
 
-def _warn_once(
-    seen: weakref.WeakSet[type], cls: type, message: str, level: int = logging.WARNING
-) -> None:
-    """Log `message` about `cls` (at WARNING unless `level` says otherwise) once per class."""
+def _warn_once(seen: weakref.WeakSet[type], cls: type, message: str, level: int) -> None:
+    """Log `message` about `cls` at `level`, once per class."""
     if cls in seen:  # read without the lock: the usual answer
         return
     with _LOCK:
