@@ -181,13 +181,11 @@ def to_watch(sessions: list[object], raising: bool = True) -> None:
     if _WATCHES:
         for birth in filter(None, map(birth_of, sessions)):
             if birth.dropped and not birth.reported:
-                report_birth(birth, watch_settings(), raising)
+                report_birth(birth, raising)
 
 
-def _pending_owner(
-    load: collecting | None,
-) -> tuple[object, Callable[[Any, object], object]] | None:
-    """The pending model that a calling method (first parameter `self`) runs on, nearer than `load`.
+def _pending_owner(load: collecting | None) -> Callable[[object], object] | None:
+    """The check of the pending model a calling method (`self` first) runs on, nearer than `load`.
 
     Only a method's locals are read: a helper handed the model is not the model's call, and
     reading `f_locals` keeps a copy of the locals in the frame until it returns (before 3.13).
@@ -198,7 +196,7 @@ def _pending_owner(
         if code.co_argcount and code.co_varnames[0] == "self":
             entry = _PENDING.get(id(frame.f_locals.get("self")))
             if entry is not None and (model := entry[0]()) is not None:
-                return model, entry[1]
+                return functools.partial(entry[1], model)
         frame = frame.f_back
     return None
 
@@ -206,12 +204,7 @@ def _pending_owner(
 # --- the watch ----------------------------------------------------------------
 
 _WATCHES: list[SessionWatch] = []
-"""The watches in force, oldest first."""
-
-
-def watch_settings() -> Settings | None:
-    """The options of the oldest watch in force that was given any (`run`'s watch takes none)."""
-    return next((watch._settings for watch in _WATCHES if watch._settings is not None), None)
+"""The watches in force, oldest first: the oldest given options sets them (`run`'s takes none)."""
 
 
 class SessionWatch(contextlib.AbstractContextManager["SessionWatch"]):
@@ -405,18 +398,31 @@ def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
 
 def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     """`InferenceSession.__init__`, wrapped: record the birth, hand the session to its owner."""
-    read = args, kwargs  # what the record reads: providers given as an iterator, as a list
-    if len(args) > 2 and isinstance(args[2], Iterator):  # which onnxruntime refuses, on the CPU
-        read = (*args[:2], listed := list(args[2]), *args[3:]), kwargs
-        args = (*args[:2], iter(listed), *args[3:])  # onnxruntime's answer is left as it was
-    elif kwargs and isinstance(kwargs.get("providers"), Iterator):
-        read = args, {**kwargs, "providers": (listed := list(kwargs["providers"]))}
-        kwargs = {**kwargs, "providers": iter(listed)}
+    source, sess_options, providers, options = (*args, None, None, None, None)[:4]
+    source = kwargs.get("path_or_bytes", source)  # one by one: a dict costs a birth 1.4 us more
+    sess_options = kwargs.get("sess_options", sess_options)
+    providers = kwargs.get("providers", providers)
+    options = kwargs.get("provider_options", options)
+    # Providers given as an iterator (which onnxruntime refuses, on the CPU) are read as a list,
+    # and onnxruntime gets a fresh iterator over them: its answer is left as it was.
+    if len(args) > 2 and isinstance(args[2], Iterator):
+        providers = list(args[2])
+        args = (*args[:2], iter(providers), *args[3:])
+    elif isinstance(providers, Iterator):  # given by name
+        providers = list(providers)
+        kwargs = {**kwargs, "providers": iter(providers)}
     wrapped(*args, **kwargs)
     if not _hooks:  # left inert under another wrapper
         return
     try:
-        birth = _record(session, *read)
+        if isinstance(source, bytes):
+            file = f"<a model of {len(source)} bytes>"
+        else:  # escaped where it is shown
+            file = str(os.fspath(source)) if source is not None else "<no model>"
+        if not providers and sess_options is not None:  # those added to its SessionOptions
+            providers = _ADDED.get(sess_options, providers)
+        got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
+        birth = Birth(file, *_asked(file, providers, options), got, number=next(_NUMBERS))
         _RECORDS.set(session, birth)
     except Exception as error:  # its constructor's result stands, unchecked: say so
         logger.warning(
@@ -426,17 +432,15 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
         )
         return
     load = open_load()
-    owner = _pending_owner(load) if _PENDING else None  # a `self` it is opened in, nearer
-    if owner is not None:
-        model, check = owner
-        check(model, session)
+    check = _pending_owner(load) if _PENDING else None  # a `self` it is opened in, nearer
+    if check is not None:
+        check(session)
     elif load is not None:
         load.born.append(session)
     else:
         if _LOADS:  # born outside the loads in flight (a worker thread): they search their models
             _ELSEWHERE[0] = birth.number
-        if _WATCHES and birth.dropped:
-            report_birth(birth, watch_settings())
+        to_watch([session])
 
 
 def born_elsewhere(since: int | None) -> bool:
@@ -444,29 +448,10 @@ def born_elsewhere(since: int | None) -> bool:
     return since is not None and _ELSEWHERE[0] > since
 
 
-def _record(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Birth:
-    """Read what `InferenceSession(*args, **kwargs)` asked for, and what `session` got."""
-    source, sess_options, providers, options = (*args, None, None, None, None)[:4]
-    if kwargs:  # read one by one: a dict of them costs a birth 1.4 us more
-        source = kwargs.get("path_or_bytes", source)
-        sess_options = kwargs.get("sess_options", sess_options)
-        providers = kwargs.get("providers", providers)
-        options = kwargs.get("provider_options", options)
-    if isinstance(source, bytes):
-        file = f"<a model of {len(source)} bytes>"
-    else:  # escaped where it is shown
-        file = str(os.fspath(source)) if source is not None else "<no model>"
-    added = _ADDED.get(sess_options, []) if not providers and sess_options is not None else None
-    got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
-    return Birth(file, *_asked(file, providers, options, added), got, number=next(_NUMBERS))
-
-
-def _asked(
-    file: str, providers: Any, options: Any, added: list[Any] | None = None
-) -> tuple[tuple[str, ...], int]:
+def _asked(file: str, providers: Any, options: Any) -> tuple[tuple[str, ...], int]:
     """The GPU-capable providers asked for, and the first one's `device_id` (0 if none)."""
     listed = list(options or ())  # onnxruntime takes a list shorter than the providers too
-    asked: list[tuple[Any, Any]] = added or [
+    asked: list[tuple[Any, Any]] = [
         (provider, listed[n] if n < len(listed) else None)
         if isinstance(provider, str)
         else (*provider, None)[:2]
@@ -529,13 +514,14 @@ def why_dropped(provider: str) -> str:
     )
 
 
-def report_birth(birth: Birth, settings: Settings | None, raising: bool = True) -> None:
+def report_birth(birth: Birth, raising: bool = True) -> None:
     """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`."""
     from ._alignment import plan_alignment, warn_at_caller
     from ._options import Settings
     from ._policy import current_policy
 
-    used = (settings or Settings()).over(current_policy())
+    given = next((watch._settings for watch in _WATCHES if watch._settings is not None), None)
+    used = (given or Settings()).over(current_policy())
     provider = birth.asked[0]
     problem = (
         f"onnxruntime dropped {provider} for the session of {short_repr(birth.file, 200)}: "

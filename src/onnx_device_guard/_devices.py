@@ -105,5 +105,4 @@ def is_cuda(device: torch.device) -> bool:
     except KeyError:
         if len(_CUDA) > 256:  # a program walking through many indices
             _CUDA.clear()
-        found = _CUDA[device] = device.type == "cuda"
-        return found
+        return _CUDA.setdefault(device, device.type == "cuda")
