@@ -70,9 +70,7 @@ _ELSEWHERE = [0]
 """The number of the last session born outside any load while one was in flight."""
 _RECORDS: ObjectTable[Birth] = ObjectTable()
 """The birth of each observed session alive."""
-_ADDED: weakref.WeakKeyDictionary[Any, list[tuple[str, Mapping[str, str]]]] = (
-    weakref.WeakKeyDictionary()
-)
+_ADDED: weakref.WeakKeyDictionary[Any, list[tuple[Any, Any]]] = weakref.WeakKeyDictionary()
 """The providers each `SessionOptions` was given with `add_provider`."""
 
 
@@ -377,12 +375,10 @@ def _install(onnxruntime: Any) -> None:
         _waiting_for_import = False
         if _hooks or not (_users or _permanent or _LOADS):
             return
-        session_class = onnxruntime.InferenceSession
-        options_class: Any = getattr(onnxruntime, "SessionOptions", None)
         for owner, name, hook in (
-            (session_class, "__init__", _on_init),
-            (session_class, "set_providers", _on_set_providers),
-            (options_class, "add_provider", _on_add_provider),
+            (onnxruntime.InferenceSession, "__init__", _on_init),
+            (onnxruntime.InferenceSession, "set_providers", _on_set_providers),
+            (getattr(onnxruntime, "SessionOptions", None), "add_provider", _on_add_provider),
         ):
             if hasattr(owner, name):
                 _hooks.append((owner, name, wrapt.wrap_function_wrapper(owner, name, hook)))

@@ -180,7 +180,7 @@ def _dispatch(
 ) -> None:
     """Call back each live model watching the session; the first error raises after the rest.
 
-    A library error gets the change in front (`_explained`), chained to
+    A library error gets the change in front of its message, chained to
     `handled` (onnxruntime's `EPFail`); a model whose callback raised is not
     called back again through an outer guard.
     """
@@ -198,7 +198,11 @@ def _dispatch(
             watched.on_change(model, watched.session_name, old, new)
         except Exception as error:
             failed.append(model)
-            errors.append(_explained(error, change))
+            if isinstance(error, DeviceGuardError) and type(error) in _REWRAPPED:
+                errors.append(in_context(error, f"{change} "))  # raised again, the change in front
+                errors[-1].__cause__ = error
+            else:
+                errors.append(error)
         finally:
             _CHANGE.reset(token)
     for later in errors[1:]:
@@ -220,15 +224,6 @@ def _name_the_change(record: logging.LogRecord) -> bool:
 
 
 logger.addFilter(_name_the_change)
-
-
-def _explained(error: Exception, change: str) -> Exception:
-    """A library error raised again with `change` in front of its message."""
-    if not isinstance(error, DeviceGuardError) or type(error) not in _REWRAPPED:
-        return error
-    explained = in_context(error, f"{change} ")
-    explained.__cause__ = error
-    return explained
 
 
 def _snapshot(session: Any) -> tuple[Providers, object]:

@@ -65,8 +65,6 @@ class ObjectTable(Generic[V]):
     other object can have taken while the dying one still holds it.
     """
 
-    __slots__ = ("_entries",)
-
     def __init__(self) -> None:
         self._entries: dict[int, tuple[weakref.ref[Any], V]] = {}
 
