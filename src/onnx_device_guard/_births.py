@@ -399,11 +399,9 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     sess_options = kwargs.get("sess_options", sess_options)
     providers = kwargs.get("providers", providers)
     options = kwargs.get("provider_options", options)
-    # Providers given as an iterator (which onnxruntime refuses, on the CPU) are read as a list,
-    # and onnxruntime gets a fresh iterator over them: its answer is left as it was.
-    if len(args) > 2 and isinstance(args[2], Iterator):
-        providers = list(args[2])
-        args = (*args[:2], iter(providers), *args[3:])
+    if len(args) > 2 and isinstance(args[2], Iterator):  # which onnxruntime refuses, on the CPU
+        providers = list(args[2])  # read as a list; onnxruntime gets an iterator over it again,
+        args = (*args[:2], iter(providers), *args[3:])  # so its answer is left as it was
     elif isinstance(providers, Iterator):  # given by name
         providers = list(providers)
         kwargs = {**kwargs, "providers": iter(providers)}
@@ -513,11 +511,10 @@ def why_dropped(provider: str) -> str:
 def report_birth(birth: Birth, raising: bool = True) -> None:
     """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`."""
     from ._alignment import plan_alignment, warn_at_caller
-    from ._options import Settings
     from ._policy import current_policy
 
     given = next((watch._settings for watch in _WATCHES if watch._settings is not None), None)
-    used = (given or Settings()).over(current_policy())
+    used = current_policy() if given is None else given.over(current_policy())
     provider = birth.asked[0]
     problem = (
         f"onnxruntime dropped {provider} for the session of {short_repr(birth.file, 200)}: "
