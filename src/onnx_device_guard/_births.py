@@ -395,28 +395,22 @@ def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
 def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     """`InferenceSession.__init__`, wrapped: record the birth, hand the session to its owner."""
     source, sess_options, providers, options = (*args, None, None, None, None)[:4]
-    source = kwargs.get("path_or_bytes", source)  # one by one: a dict costs a birth 1.4 us more
-    sess_options = kwargs.get("sess_options", sess_options)
-    providers = kwargs.get("providers", providers)
-    options = kwargs.get("provider_options", options)
+    if kwargs:  # read one by one: a dict of them costs a birth 1.4 us more
+        source = kwargs.get("path_or_bytes", source)
+        sess_options = kwargs.get("sess_options", sess_options)
+        providers = kwargs.get("providers", providers)
+        options = kwargs.get("provider_options", options)
     if len(args) > 2 and isinstance(args[2], Iterator):  # which onnxruntime refuses, on the CPU
         providers = list(args[2])  # read as a list; onnxruntime gets an iterator over it again,
         args = (*args[:2], iter(providers), *args[3:])  # so its answer is left as it was
-    elif isinstance(providers, Iterator):  # given by name
+    elif kwargs and isinstance(providers, Iterator):  # given by name
         providers = list(providers)
         kwargs = {**kwargs, "providers": iter(providers)}
     wrapped(*args, **kwargs)
     if not _hooks:  # left inert under another wrapper
         return
     try:
-        if isinstance(source, bytes):
-            file = f"<a model of {len(source)} bytes>"
-        else:  # escaped where it is shown
-            file = str(os.fspath(source)) if source is not None else "<no model>"
-        if not providers and sess_options is not None:  # those added to its SessionOptions
-            providers = _ADDED.get(sess_options, providers)
-        got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
-        birth = Birth(file, *_asked(file, providers, options), got, number=next(_NUMBERS))
+        birth = _record(session, source, sess_options, providers, options)
         _RECORDS.set(session, birth)
     except Exception as error:  # its constructor's result stands, unchecked: say so
         logger.warning(
@@ -434,12 +428,25 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     else:
         if _LOADS:  # born outside the loads in flight (a worker thread): they search their models
             _ELSEWHERE[0] = birth.number
-        to_watch([session])
+        if _WATCHES and birth.dropped:
+            report_birth(birth)
 
 
 def born_elsewhere(since: int | None) -> bool:
     """Whether a session was born outside every load since the birth number `since`."""
     return since is not None and _ELSEWHERE[0] > since
+
+
+def _record(session: Any, source: Any, sess_options: Any, providers: Any, options: Any) -> Birth:
+    """Read what `session` was asked for (by the constructor's arguments), and what it got."""
+    if isinstance(source, bytes):
+        file = f"<a model of {len(source)} bytes>"
+    else:  # escaped where it is shown
+        file = str(os.fspath(source)) if source is not None else "<no model>"
+    if not providers and sess_options is not None:  # those added to its SessionOptions
+        providers = _ADDED.get(sess_options, providers)
+    got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
+    return Birth(file, *_asked(file, providers, options), got, number=next(_NUMBERS))
 
 
 def _asked(file: str, providers: Any, options: Any) -> tuple[tuple[str, ...], int]:
