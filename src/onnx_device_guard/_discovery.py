@@ -126,9 +126,13 @@ def _sessions_at_paths(model: object, paths: tuple[str, ...], factory: object | 
     found: Sessions = []
     missing: list[str] = []
     for path in paths:
-        value = _follow(model, path, factory)
-        if value is MISSING:
-            missing.append(path)
+        value = model
+        parts = path.split(".")
+        for number, part in enumerate(parts):
+            value = read_attribute(value, part, model, factory, ".".join(parts[: number + 1]))
+            if value is MISSING:  # a part is absent
+                missing.append(path)
+                break
         else:
             found.append((path, value))
     if missing and found:  # some there, some not: the model is not what session_attr says
@@ -140,25 +144,12 @@ def _sessions_at_paths(model: object, paths: tuple[str, ...], factory: object | 
     return found
 
 
-def _follow(model: object, path: str, factory: object | None) -> Any:
-    """The value at dotted `path` below `model`, or `MISSING` when a part is absent."""
-    value = model
-    parts = path.split(".")
-    for number, part in enumerate(parts):
-        value = read_attribute(value, part, model, factory, ".".join(parts[: number + 1]))
-        if value is MISSING:
-            return MISSING
-    return value
-
-
 def _sessions_from_callable(
     model: object, source: Callable[[Any], object], factory: object | None
 ) -> Sessions:
     name = f"session_attr={factory_name(source)}"
     try:
-        result = source(model)
-        if result is None:
-            return []
+        result = source(model)  # None: no session, which find_sessions drops
         one = callable(getattr(result, "get_providers", None)) or isinstance(result, str | bytes)
         if one or not isinstance(result, Iterable):  # one session, or not sessions at all
             return [(f"{name}(model)", result)]
@@ -340,8 +331,7 @@ def find_device_attribute(
     model: object, device_attr: str | None, factory: object | None
 ) -> DeviceAttribute | None:
     """The model's device attribute, or `None`; an explicit `device_attr` must exist."""
-    names = DEFAULT_DEVICE_ATTRS if device_attr is None else (device_attr,)
-    for name in names:
+    for name in DEFAULT_DEVICE_ATTRS if device_attr is None else (device_attr,):
         value = read_attribute(model, name, model, factory)
         if value is not MISSING:
             path, holder = where(model, name, value)

@@ -197,13 +197,15 @@ class Load:
         if warn and opened_later:
             self.warned = fallback
         if warn or logger.isEnabledFor(logging.DEBUG):  # else nothing is said
+            patched = opened_later and self.origin is not None  # skip the patched loader's frames
+            module = getattr(factory, "__module__", None) if patched else None
             details = Details(
                 applied=attribute is not None and not outcome,
                 outcome=outcome,
                 context=f"{context(model, factory)}; device from {source}{note()}",
                 factory=None if factory is None else factory_name(factory),
                 device_attr=None if attribute is None else attribute.path,
-                packages=_packages(factory) if opened_later and self.origin is not None else (),
+                packages=(module.partition(".")[0],) if isinstance(module, str) else (),
             )
             report_fallback(report, warn, details)
         return aligned
@@ -236,7 +238,8 @@ class Load:
         if not born:
             found = find_sessions(model, options.session_attr, self.factory)
         elif born_elsewhere(self.since):  # in a worker thread, say: the model may hold it too
-            named, (more, searched, unreached) = _named(model, born), discover_sessions(model)
+            named = _named(model, born)
+            more, searched, unreached = discover_sessions(model)
             known = {id(session) for _, session in named}
             found = (
                 [*named, *(pair for pair in more if id(pair[1]) not in known)],
@@ -246,25 +249,21 @@ class Load:
         else:  # no search: the sessions born in the load are its sessions
             found = (_named(model, born), (), ())
         refuse = (born or not found[0]) and options.require_session is not False
-        if refuse and _never_holds_one(model):
-            raise _unusable(model, self.factory, _NEVER_HOLDS_ONE)
+        if refuse and (isinstance(model, _NEVER) or inspect.isawaitable(model)):
+            never = ", which can never hold an onnxruntime session. Return the model object itself."
+            raise _unusable(model, self.factory, never)
         return found
 
     def _devices(
-        self,
-        model: object,
-        sessions: Sessions,
-        attribute: DeviceAttribute | None,
+        self, model: object, sessions: Sessions, attribute: DeviceAttribute | None
     ) -> tuple[Asked, Sessions, list[Birth]]:
         """The devices to check; the sessions that asked a GPU, and those it was dropped for."""
         births = [birth_of(session) for _, session in sessions]
         recorded = any(births)
         devices: Asked = []
+        strict = attribute is None and not recorded  # nothing else explains the model
         for value, source in self.said or ():
-            device = _as_asked(
-                value, source, model, self.factory, attribute is None and not recorded
-            )
-            if device is not None:
+            if (device := _as_asked(value, source, model, self.factory, strict)) is not None:
                 devices.append((device, source))
         asking: Sessions = []
         heard: Sessions = []  # an inner load reported on them: planned last
@@ -310,7 +309,7 @@ class Load:
         self,
         model: object,
         sessions: Sessions,
-        devices: list[tuple[torch.device, str]],
+        devices: Asked,
         note: Callable[[], str],
         dropped: list[Birth],
     ) -> tuple[torch.device, Fallback | None, str]:
@@ -358,19 +357,8 @@ def _named(model: object, born: list[object]) -> Sessions:
     return [*zip(names, born, strict=True), *sessions_among(attributes, set(map(id, born)))]
 
 
-def _packages(factory: object | None) -> tuple[str, ...]:
-    """The top-level package of a patched loader, whose own frames a warning skips."""
-    module = getattr(factory, "__module__", None)
-    return (module.partition(".")[0],) if isinstance(module, str) else ()
-
-
-_NEVER_HOLDS_ONE = ", which can never hold an onnxruntime session. Return the model object itself."
-_NEVER = (tuple, str, bytes, int, float, types.GeneratorType, types.AsyncGeneratorType)
-
-
-def _never_holds_one(model: object) -> bool:
-    """Whether a factory's result can never hold a session, now or later."""
-    return model is None or isinstance(model, _NEVER) or inspect.isawaitable(model)
+_NEVER = (type(None), tuple, str, bytes, int, float, types.GeneratorType, types.AsyncGeneratorType)
+"""What a factory returns that can never hold a session, now or later (an awaitable neither)."""
 
 
 def _unreached(
@@ -482,28 +470,6 @@ def _unusable(model: object, factory: object | None, detail: str) -> DeviceGuard
 # --- the devices a call asks for ---------------------------------------------
 
 
-def call_arguments(load: Load, model: object) -> dict[str, Any]:
-    """The call's arguments by name, defaults and those in a `**kwargs` parameter included."""
-    factory = load.factory
-    try:
-        signature = load.signature or inspect.signature(factory)  # type: ignore[arg-type]
-        bound = signature.bind(*load.args, **load.kwargs)
-    except (TypeError, ValueError) as error:
-        raise DeviceGuardError(
-            f"{describe(model, factory)} without a device attribute, and the guard cannot "
-            f"bind the call's arguments to the factory's signature ({error_text(error)}). "
-            "Pass device= to device_guard, or device_attr= naming the attribute that holds "
-            "the model's device."
-        ) from error
-    bound.apply_defaults()
-    arguments = dict(bound.arguments)
-    for parameter in signature.parameters.values():
-        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-            for name, value in arguments.get(parameter.name, {}).items():
-                arguments.setdefault(name, value)
-    return arguments
-
-
 Asked = list[tuple[torch.device, str]]
 """Devices asked for, each with where it came from, in the order they are checked."""
 
@@ -521,18 +487,35 @@ def said_devices(load: Load, model: object) -> list[tuple[object, str]]:
             )
         return []
     if callable(option):
-        return [_from_callable(option, call_arguments(load, model), model, factory)]
+        return [_from_callable(option, load, model)]
     value = load.device_argument()
     return [] if value is None else [(value, "the call's device argument")]
 
 
 def _from_callable(
-    option: Callable[[dict[str, Any]], object],
-    arguments: dict[str, Any],
-    model: object,
-    factory: object,
+    option: Callable[[dict[str, Any]], object], load: Load, model: object
 ) -> tuple[torch.device, str]:
-    """The device the `device=` callable works out from the call's arguments."""
+    """The device the `device=` callable works out from the call's arguments.
+
+    It gets them by name, defaults and those in a `**kwargs` parameter included.
+    """
+    factory = load.factory
+    try:
+        signature = load.signature or inspect.signature(factory)  # type: ignore[arg-type]
+        bound = signature.bind(*load.args, **load.kwargs)
+    except (TypeError, ValueError) as error:
+        raise DeviceGuardError(
+            f"{describe(model, factory)} without a device attribute, and the guard cannot "
+            f"bind the call's arguments to the factory's signature ({error_text(error)}). "
+            "Pass device= to device_guard, or device_attr= naming the attribute that holds "
+            "the model's device."
+        ) from error
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    for parameter in signature.parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            for name, item in arguments.get(parameter.name, {}).items():
+                arguments.setdefault(name, item)
     source = f"the device= callable {factory_name(option)}"
     try:
         value = option(arguments)
