@@ -208,12 +208,10 @@ def plan_alignment(
     aligned = requested
     mismatches: list[Mismatch] = []
     for name, session in sessions:
-        mismatch = find_mismatch(session, aligned)
-        if mismatch is None:
-            continue
-        mismatch.session_name = name if several else None
-        aligned = _resolve(session, mismatch, mode, fallback)
-        mismatches.append(mismatch)
+        if (mismatch := find_mismatch(session, aligned)) is not None:
+            mismatch.session_name = name if several else None
+            aligned = _resolve(session, mismatch, mode, fallback)
+            mismatches.append(mismatch)
     if not mismatches:
         return aligned, None
     at_fault = [name for name, one in sessions if find_mismatch(one, aligned)] if several else []
@@ -248,16 +246,15 @@ class Fallback:
     def explained(self) -> tuple[str, str, str, str]:
         """The problem, the fixes, the `odg_reason` and the help URL."""
         if self.disagreeing:
-            problem = (
+            return (
                 "The model's sessions run on different GPUs, so no single CUDA device serves "
                 f"them all ({', '.join(map(repr, self.disagreeing))} cannot read the GPU the "
-                "others run on)."
-            )
-            fix = (
+                "others run on).",
                 "Create every session with the same provider option 'device_id' to keep "
-                "them on one GPU."
+                "them on one GPU.",
+                "sessions_disagree",
+                _DISAGREE_HELP,
             )
-            return problem, fix, "sessions_disagree", _DISAGREE_HELP
         first = self.mismatches[0]
         return (
             " ".join(mismatch.problem for mismatch in self.mismatches),

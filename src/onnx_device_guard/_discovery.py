@@ -186,12 +186,10 @@ def where(model: object, name: str, value: object) -> tuple[str, object]:
     for child_name, child in instance_attributes(model):
         if isinstance(child, _LEAVES + _CONTAINERS):
             continue
-        try:
+        with contextlib.suppress(Exception):
             inspect.getattr_static(child, name)
             if getattr(child, name) is value:
                 return f"{child_name}.{name}", child
-        except Exception:
-            continue
     return name, model
 
 
@@ -283,10 +281,8 @@ def instance_attributes(owner: object) -> list[tuple[str, object]]:
             items = itertools.islice(dict.items(namespace), MAX_ATTRIBUTES)
             values = [item for item in items if isinstance(item[0], str)]
         for name, descriptor in slots:
-            try:
+            with contextlib.suppress(AttributeError):  # a slot never set
                 values.append((name, descriptor.__get__(owner, cls)))
-            except AttributeError:  # a slot never set
-                continue
         return values
     except Exception:  # an odd object: search the rest of the model
         return []
