@@ -94,10 +94,7 @@ def find_mismatch(session: object, device: torch.device) -> Mismatch | None:
     if provider is None:
         return Mismatch(device, providers)
     device_id = provider_device_id(session, provider)
-    if device_id is None:
-        return None
-    index = cuda_index(device)
-    if index == device_id:
+    if device_id is None or (index := cuda_index(device)) == device_id:
         return None
     # provider_device_id only returns indices torch addresses.
     return Mismatch(device, providers, provider, index, torch.device("cuda", device_id))

@@ -246,11 +246,8 @@ def discover_sessions(model: object) -> Found:
 
 
 def _values(path: str, value: object, unreached: list[str], nesting: int = 0) -> Sessions:
-    """`value`, or for a list, tuple or dict, the values within it (paths with their keys).
-
-    A container's items past the first `MAX_ITEMS`, and containers nested past
-    `MAX_NESTING`, are not looked at: `unreached` says so when they could hold a session.
-    """
+    """`value`, or the values within a list, tuple or dict (paths with their keys), as far as
+    `MAX_ITEMS` and `MAX_NESTING` reach: `unreached` names what past them could hold a session."""
     if not isinstance(value, _CONTAINERS):
         return [(path, value)]
     if isinstance(value, dict):

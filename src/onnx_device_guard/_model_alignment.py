@@ -241,11 +241,7 @@ class Load:
             named = _named(model, born)
             more, searched, unreached = discover_sessions(model)
             known = {id(session) for _, session in named}
-            found = (
-                [*named, *(pair for pair in more if id(pair[1]) not in known)],
-                searched,
-                unreached,
-            )
+            found = ([*named, *(p for p in more if id(p[1]) not in known)], searched, unreached)
         else:  # no search: the sessions born in the load are its sessions
             found = (_named(model, born), (), ())
         refuse = (born or not found[0]) and options.require_session is not False
@@ -281,7 +277,17 @@ class Load:
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error
         elif not devices and (not recorded or self.factory is None):  # births excuse a call,
-            raise _no_device(model, self.factory)  # never a `realign`, which has none
+            # never a `realign`, which has none
+            tried = ", ".join(map(repr, DEFAULT_DEVICE_ATTRS))
+            where = "" if self.factory is None else ", and the factory has no device parameter"
+            raise _unusable(
+                model,
+                self.factory,
+                f", which has none of the device attributes tried ({tried}){where}, so the guard "
+                "cannot tell which device the model uses. Pass device= (a device such as 'cuda', "
+                "or a callable that works it out from the call's arguments), or device_attr= "
+                "naming the attribute that holds the model's device.",
+            )
         dropped = [b for b in births if b is not None and b.dropped] if recorded else []
         dropped.sort(key=lambda birth: birth.reported)  # a new drop is the one a report explains
         return devices, [*asking, *heard], dropped
@@ -440,19 +446,6 @@ def _no_session(
     return _unusable(model, factory, detail)
 
 
-def _no_device(model: object, factory: object | None) -> DeviceGuardError:
-    tried = ", ".join(repr(name) for name in DEFAULT_DEVICE_ATTRS)
-    where = "" if factory is None else ", and the factory has no device parameter"
-    return _unusable(
-        model,
-        factory,
-        f", which has none of the device attributes tried ({tried}){where}, so the guard "
-        "cannot tell which device the model uses. Pass device= (a device such as 'cuda', or "
-        "a callable that works it out from the call's arguments), or device_attr= naming "
-        "the attribute that holds the model's device.",
-    )
-
-
 def _unusable(model: object, factory: object | None, detail: str) -> DeviceGuardError:
     """The error for a model without what the guard needs."""
     if factory is not None and inspect.isawaitable(model):  # a plain def returning a coroutine
@@ -495,10 +488,7 @@ def said_devices(load: Load, model: object) -> list[tuple[object, str]]:
 def _from_callable(
     option: Callable[[dict[str, Any]], object], load: Load, model: object
 ) -> tuple[torch.device, str]:
-    """The device the `device=` callable works out from the call's arguments.
-
-    It gets them by name, defaults and those in a `**kwargs` parameter included.
-    """
+    """The device the `device=` callable works out from the call's arguments, by name."""
     factory = load.factory
     try:
         signature = load.signature or inspect.signature(factory)  # type: ignore[arg-type]
@@ -535,11 +525,8 @@ def _from_callable(
 def _as_asked(
     value: object, source: str, model: object, factory: object, strict: bool
 ) -> torch.device | None:
-    """`value` as a device, or (when not `strict`) `None` for a value that is no device.
-
-    Not `strict` (something else explains the model), a value that is no
-    device (a package's own `"auto"`) is left to the package.
-    """
+    """`value` as a device; not `strict` (something else explains the model), `None` for a
+    package's own word (`"auto"`), which is left to the package."""
     try:
         return as_device(value, "device")
     except ModelInputError as error:
@@ -623,5 +610,4 @@ def realign(  # noqa: PLR0913 - one keyword per documented option
         >>> model.device
         'cpu'
     """
-    options = guard_options(locals())  # its parameters, by name
-    return align_model(model, Load(options))
+    return align_model(model, Load(guard_options(locals())))  # locals(): its parameters
