@@ -52,11 +52,8 @@ class Mismatch:
                 f"{name} runs only {short_repr(list(self.providers), 400)}, and none of these "
                 "can read CUDA tensors."
             )
-        asked = (
-            repr(str(self.device))
-            if self.device.index is not None
-            else f"'cuda' (now cuda:{self.index})"
-        )
+        device = self.device
+        asked = f"'cuda' (now cuda:{self.index})" if device.index is None else repr(str(device))
         return (
             f"The model asks for device {asked}, but its session{name}'s {self.provider} runs "
             f"on device_id {self.session_device.index}, so every input would need a copy "

@@ -165,9 +165,7 @@ def _sessions_from_callable(
 
 def _may_be_session(value: object) -> bool:
     """Whether a default-named attribute's value has `get_providers` (or raises looking)."""
-    if value is None:
-        return False
-    try:
+    try:  # None has none
         return getattr(value, "get_providers", None) is not None
     except Exception:
         return True

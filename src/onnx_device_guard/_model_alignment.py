@@ -134,8 +134,7 @@ class Load:
         if "device" in self.kwargs:
             return self.kwargs["device"]
         parameters = {} if self.signature is None else self.signature.parameters
-        parameter = parameters.get("device")
-        if parameter is None:
+        if (parameter := parameters.get("device")) is None:
             return None
         if self.args and parameter.kind <= parameter.POSITIONAL_OR_KEYWORD:
             position = list(parameters).index("device")
@@ -233,10 +232,9 @@ class Load:
 
     def _sessions(self, model: object) -> Found:
         """The sessions born in the load, else those on the model; refuses a non-model."""
-        options = self.options
         born = [session for ref in self.born if (session := ref()) is not None] if self.born else ()
         if not born:
-            found = find_sessions(model, options.session_attr, self.factory)
+            found = find_sessions(model, self.options.session_attr, self.factory)
         elif born_elsewhere(self.since):  # in a worker thread, say: the model may hold it too
             named = _named(model, born)
             more, searched, unreached = discover_sessions(model)
@@ -244,7 +242,7 @@ class Load:
             found = ([*named, *(p for p in more if id(p[1]) not in known)], searched, unreached)
         else:  # no search: the sessions born in the load are its sessions
             found = (_named(model, born), (), ())
-        refuse = (born or not found[0]) and options.require_session is not False
+        refuse = (born or not found[0]) and self.options.require_session is not False
         if refuse and (isinstance(model, _NEVER) or inspect.isawaitable(model)):
             never = ", which can never hold an onnxruntime session. Return the model object itself."
             raise _unusable(model, self.factory, never)
@@ -277,10 +275,9 @@ class Load:
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error
         elif not devices and (not recorded or self.factory is None):  # births excuse a call,
-            # never a `realign`, which has none
             tried = ", ".join(map(repr, DEFAULT_DEVICE_ATTRS))
             where = "" if self.factory is None else ", and the factory has no device parameter"
-            raise _unusable(
+            raise _unusable(  # never a `realign`, which has none
                 model,
                 self.factory,
                 f", which has none of the device attributes tried ({tried}){where}, so the guard "
@@ -358,8 +355,7 @@ def _named(model: object, born: list[object]) -> Sessions:
         held.get(id(s)) or (os.path.basename(birth.file) if (birth := birth_of(s)) else "session")
         for s in born
     ]
-    if len(set(names)) < len(names):
-        names = [name if names.count(name) == 1 else f"{name}#{n}" for n, name in enumerate(names)]
+    names = [name if names.count(name) == 1 else f"{name}#{n}" for n, name in enumerate(names)]
     return [*zip(names, born, strict=True), *sessions_among(attributes, set(map(id, born)))]
 
 
