@@ -315,14 +315,10 @@ def _files_of(module: str) -> str:
     return os.path.dirname(file) + os.sep if file.endswith("__init__.py") else file
 
 
-_OWN_FILES = os.path.dirname(__file__) + os.sep
-"""Frames in these files are the library's, never the user's."""
-
-
 def warn_at_caller(text: str, *packages: str) -> None:
     """Warn with `text` at the first frame outside this library, its helpers and `packages`."""
     names = ("onnxruntime", "wrapt", "asyncio", "contextlib", *packages)
-    skipped = (_OWN_FILES, *(_files_of(name) for name in names))
+    skipped = (os.path.dirname(__file__) + os.sep, *(_files_of(name) for name in names))
     frame = inspect.currentframe()
     # The frame is found here and the warning issued there, as warnings.warn itself does:
     # skip_file_prefixes (3.12+) starts counting one frame up and then skips too little.

@@ -468,16 +468,14 @@ def said_devices(load: Load, model: object) -> list[tuple[object, str]]:
     option, factory = load.options.device, load.factory
     if isinstance(option, torch.device):
         return [(option, "the device= option")]
-    if factory is None:
-        if callable(option):
+    if callable(option):
+        if factory is None:
             raise ModelInputError(
                 f"device={factory_name(option)} is a callable of a factory call's arguments, "
                 "but there is no call here. Pass the device itself (device='cuda')."
             )
-        return []
-    if callable(option):
         return [_from_callable(option, load, model)]
-    value = load.device_argument()
+    value = load.device_argument()  # None for a `realign`: it has no call
     return [] if value is None else [(value, "the call's device argument")]
 
 
