@@ -308,13 +308,13 @@ def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
 
 @dataclass(slots=True)
 class DeviceAttribute:
-    """The model's device attribute: its path, the object to write it on, and its value."""
+    """The model's device attribute: its path, value, and the object to write it on."""
 
     path: str
     """How messages name it: `device`, or `backend.device` when the model forwards it."""
+    value: object
     holder: object
     """The model, or the inner object it forwards the attribute from."""
-    value: object
     name: str
 
 
@@ -325,7 +325,8 @@ def find_device_attribute(
     for name in DEFAULT_DEVICE_ATTRS if device_attr is None else (device_attr,):
         value = read_attribute(model, name, model, factory)
         if value is not MISSING:
-            return DeviceAttribute(*where(model, name, value), value, name)
+            path, holder = where(model, name, value)
+            return DeviceAttribute(path, value, holder, name)
     if device_attr is not None:
         raise DeviceGuardError(
             f"{describe(model, factory)} without the device attribute {device_attr!r} named in "

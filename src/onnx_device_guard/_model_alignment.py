@@ -360,7 +360,6 @@ def _named(model: object, born: list[object]) -> Sessions:
 
 
 _NEVER = (type(None), tuple, str, bytes, int, float, types.GeneratorType, types.AsyncGeneratorType)
-"""What a factory returns that can never hold a session, now or later (an awaitable neither)."""
 
 
 def _unreached(
