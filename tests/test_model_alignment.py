@@ -192,6 +192,20 @@ class TestSeveralSessions:
         assert "Using 'cuda:1'" not in message
         assert vars(record)["odg_sessions"] == ["vision", "text"]
 
+    def test_sessions_on_the_same_other_gpu_are_all_named(self) -> None:
+        """Both sessions run on GPU 1 and the model asks for GPU 0: both are at fault."""
+
+        @device_guard(session_attr=("vision", "text"))
+        def load() -> TwoTower:
+            return TwoTower(cuda_session(1), cuda_session(1), "cuda:0")
+
+        with recorded_logs() as records:
+            assert load().device == "cuda:1"
+        [record] = [record for record in records if record.levelno == logging.WARNING]
+        assert vars(record)["odg_sessions"] == ["vision", "text"]
+        assert "session 'vision''s" in record.getMessage()
+        assert "session 'text''s" in record.getMessage()
+
     def test_fail_names_the_session(self) -> None:
         """The error names the attribute path of the session that cannot read the device."""
 

@@ -194,18 +194,19 @@ def plan_alignment(
     """Return the device all `(name, session)` read and the fallback to report; nothing is logged.
 
     Each session in turn aligns the device; when they end on different GPUs,
-    the fallback device is used if all read it. Messages name the sessions
-    when there are several.
+    the fallback device is used if all read it. The report names every session
+    that cannot read `requested` (when there are several).
     """
     mode, fallback = settings.resolution_mode, settings.fallback_device
     several = len(sessions) > 1
     aligned = requested
     mismatches: list[Mismatch] = []
     for name, session in sessions:
-        if (mismatch := find_mismatch(session, aligned)) is not None:
+        if (mismatch := find_mismatch(session, requested)) is not None:
             mismatch.session_name = name if several else None
-            aligned = _resolve(session, mismatch, mode, fallback)
             mismatches.append(mismatch)
+            if aligned is requested or find_mismatch(session, aligned) is not None:
+                aligned = _resolve(session, mismatch, mode, fallback)
     if not mismatches:
         return aligned, None
     at_fault = [name for name, one in sessions if find_mismatch(one, aligned)] if several else []
