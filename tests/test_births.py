@@ -846,6 +846,12 @@ class TestRunSeesOnlyInterpreterOptions:
             (["python", "-Xdev", "-bS", "app.py"], "-bS"),
             (["python", "-cI", "app.py"], None),  # the code is "I"
             (["python", "--", "app.py", "-I"], None),
+            (["/usr/bin/python3.13t", "-I", "app.py"], "-I"),  # free-threaded
+            (["python3.12-dbg", "-E", "app.py"], "-E"),
+            (["python3.11d", "-S", "app.py"], "-S"),
+            (["pypy3.10", "-I", "app.py"], "-I"),
+            (["python.exe", "-I", "app.py"], "-I"),
+            (["python-config", "-I"], None),
         ],
     )
     def test_only_options_before_the_program_count(

@@ -277,7 +277,9 @@ def _startup_skipping(program: list[str]) -> str | None:
     their cluster or the next argument as their value, and `-c`, `-m` or the script
     ending them.
     """
-    if not re.fullmatch(r"python[0-9.]*", os.path.basename(program[0])):
+    # python3.13t (free-threaded), python3.12-dbg, pypy3 and python.exe are Pythons too.
+    interpreter = r"(?:python|pypy)[0-9.]*[a-z]?(?:-dbg)?(?:\.exe)?"
+    if not re.fullmatch(interpreter, os.path.basename(program[0]), re.IGNORECASE):
         return None
     arguments = iter(program[1:])
     for argument in arguments:
