@@ -204,6 +204,18 @@ class TestInputOption:
         with pytest.raises(ModelInputError, match=r"holds int64, which cannot hold 1\.5"):
             check_overrides(inputs, {"n": parse_input_option("n=:1.5")}, "m.onnx")
 
+    @pytest.mark.parametrize(
+        ("dtype", "value"), [(torch.uint8, "-1"), (torch.uint8, "256"), (torch.bool, "2")]
+    )
+    def test_a_value_torch_would_wrap_round_is_bad_input(
+        self, dtype: torch.dtype, value: str
+    ) -> None:
+        """torch.full keeps -1 in a uint8 as 255 and 2 in a bool as True: the value is refused."""
+        inputs = [ModelInput("a", (2,), dtype)]
+
+        with pytest.raises(ModelInputError, match=f"which cannot hold {value} "):
+            check_overrides(inputs, {"a": parse_input_option(f"a=:{value}")}, "m.onnx")
+
     def test_a_name_no_model_has_is_bad_input(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:

@@ -217,13 +217,12 @@ def check_overrides(
 
 
 def _fits(value: Number, dtype: torch.dtype) -> bool:
-    """Whether `value` is one `dtype` holds: a whole number in range for integers, finite."""
-    if isinstance(value, float) and not (dtype.is_floating_point or value.is_integer()):
-        return False
-    try:
-        return bool(torch.full((), value, dtype=dtype).isfinite())
+    """Whether `value` is one `dtype` holds: finite, and as it is for integers and bools."""
+    try:  # torch keeps -1 in a uint8 as 255, 2.5 in an int64 as 2 and 2 in a bool as True
+        held = torch.full((), value, dtype=dtype)
     except (RuntimeError, OverflowError):
         return False
+    return bool(held.isfinite()) and (dtype.is_floating_point or held.item() == value)
 
 
 def attempts(
