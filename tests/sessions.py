@@ -127,6 +127,30 @@ class GPUSession(onnxruntime.InferenceSession):  # type: ignore[misc]
         self._providers, self._provider_options = names, reported
 
 
+class GPUBuildSession(onnxruntime.InferenceSession):  # type: ignore[misc]
+    """A real CPU session of the tiny model made as on a GPU build: asked for providers, it
+    reports those of `LOADS` (and the CPU) as loaded, at birth and after `set_providers`.
+
+    Its birth record is what a GPU build's would be: the GPU it asked for, and got.
+    """
+
+    LOADS = frozenset({CUDA})
+    _providers: list[str]
+    _provider_options: dict[str, Any]
+
+    def __init__(self, providers: Sequence[Any] = (CUDA, CPU)) -> None:
+        super().__init__(example_model(), providers=list(providers))
+
+    def _create_inference_session(
+        self, providers: Any, provider_options: Any, disabled_optimizers: Any = None
+    ) -> None:
+        super()._create_inference_session([CPU], None, disabled_optimizers)
+        GPUSession._report(self, providers, provider_options)
+        reported = self._provider_options
+        kept = [name for name in reported if name in self.LOADS or name == CPU]
+        self._providers, self._provider_options = kept, {name: reported[name] for name in kept}
+
+
 def fail_next_run_of(session: Any) -> None:
     """Make a real session's next `run()` or `run_with_ort_values()` raise a real `EPFail`.
 

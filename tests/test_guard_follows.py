@@ -38,7 +38,7 @@ from onnx_device_guard import (
 
 from .helpers import is_followed
 from .logs import recorded_logs, warning_records
-from .sessions import CPU, CUDA, EPFail, GPUSession, real_session
+from .sessions import CPU, CUDA, EPFail, GPUBuildSession, GPUSession, fail_next_run_of, real_session
 
 AZURE = "AzureExecutionProvider"
 CHANGE = (
@@ -102,6 +102,58 @@ def module() -> Iterator[types.ModuleType]:
     sys.modules[created.__name__] = created
     yield created
     del sys.modules[created.__name__]
+
+
+class TwoSessions:
+    """A model with two sessions made as on a GPU build, on `cuda:0`."""
+
+    def __init__(self) -> None:
+        self.vision, self.text, self.device = GPUBuildSession(), GPUBuildSession(), "cuda:0"
+
+
+class TestOnnxruntimesOwnFallback:
+    """A GPU provider that fails in `run()` drops the session to the CPU: what it asked for
+    at birth still counts, as onnxruntime's `set_providers` there is no choice of the caller."""
+
+    @pytest.mark.parametrize("mode", ["fallback", "fail"])
+    def test_one_of_two_sessions_falling_back_moves_the_model(self, mode: Any) -> None:
+        model = device_guard(resolution_mode=mode)(fresh(TwoSessions))()
+        fail_next_run_of(model.text)
+        with recorded_logs() as records:
+            if mode == "fail":
+                with pytest.raises(EnvironmentConfigurationError, match="'text'"):
+                    model.text.run(None, {"x": X})
+            else:
+                model.text.run(None, {"x": X})
+        assert model.text.get_providers() == [CPU]
+        if mode == "fallback":
+            assert model.device == "cpu"
+            assert len(loud(records)) == 1
+
+    def test_a_model_asking_through_its_providers_alone_raises_in_fail_mode(self) -> None:
+        model = device_guard(resolution_mode="fail")(lambda: NoDevice(GPUBuildSession()))()
+        fail_next_run_of(model.session)
+        with pytest.raises(EnvironmentConfigurationError, match="asks for device 'cuda:0'"):
+            model.session.run(None, {"x": X})
+
+    def test_a_session_moved_to_the_cpu_on_purpose_beside_a_gpu_one_is_left_alone(self) -> None:
+        model = device_guard(fresh(TwoSessions))()
+        with recorded_logs() as records:
+            model.text.set_providers([CPU])
+        assert (model.device, loud(records)) == ("cuda:0", [])
+
+    def test_tensorrt_dropped_leaves_the_cuda_gpu_asked_for(self) -> None:
+        """TensorRT (on GPU 0 by default) did not load; CUDA, asked for GPU 1, runs there."""
+        trt = "TensorrtExecutionProvider"
+        providers = [trt, (CUDA, {"device_id": 1}), CPU]
+
+        @device_guard(resolution_mode="fail")
+        def load_on_1() -> NoDevice:
+            return NoDevice(GPUBuildSession(providers))
+
+        model = load_on_1()
+        assert model.session.get_providers() == [CUDA, CPU]
+        assert device_guard(resolution_mode="fail", device="cuda:1")(load_on_1)() is not None
 
 
 class TestFallbackMode:

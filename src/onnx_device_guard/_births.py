@@ -446,11 +446,14 @@ def _record(session: Any, source: Any, sess_options: Any, providers: Any, option
     if not providers and sess_options is not None:  # those added to its SessionOptions
         providers = _ADDED.get(sess_options, providers)
     got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
-    return Birth(file, *_asked(file, providers, options), got, number=next(_NUMBERS))
+    return Birth(file, *_asked(file, providers, options, got), got, number=next(_NUMBERS))
 
 
-def _asked(file: str, providers: Any, options: Any) -> tuple[tuple[str, ...], int]:
-    """The GPU-capable providers asked for, and the first one's `device_id` (0 if none)."""
+def _asked(
+    file: str, providers: Any, options: Any, got: tuple[str, ...]
+) -> tuple[tuple[str, ...], int]:
+    """The GPU-capable providers asked for, and the `device_id` (0 if none) of the first of
+    them the session `got` (TensorRT dropped, CUDA's), else of the first."""
     listed = list(options or ())  # onnxruntime takes a list shorter than the providers too
     asked: list[tuple[Any, Any]] = [
         (provider, listed[n] if n < len(listed) else None)
@@ -463,10 +466,11 @@ def _asked(file: str, providers: Any, options: Any) -> tuple[tuple[str, ...], in
         for name, option in asked
         if isinstance(name, str) and name in GPU_CAPABLE_EXECUTION_PROVIDERS
     ]
-    raw = gpu[0][1].get("device_id", 0) if gpu else 0
+    name, chosen = next((pair for pair in gpu if pair[0] in got), gpu[0]) if gpu else ("", {})
+    raw = chosen.get("device_id", 0)
     if (device_id := parse_device_id(raw)) is None:
         logger.warning(
-            f"The session of {short_repr(file, 200)} asked {gpu[0][0]} for device_id="
+            f"The session of {short_repr(file, 200)} asked {name} for device_id="
             f"{short_repr(raw)}, which is no GPU index torch addresses: it is taken as GPU 0."
         )
     return tuple(name for name, _ in gpu), device_id or 0
@@ -478,14 +482,17 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
     birth = birth_of(session)
     if birth is None:
         return on_set_providers(wrapped, session, args, kwargs)
+    # onnxruntime's own fallback in run(), handling an EPFail: what was asked for stands.
+    falling_back = type(sys.exc_info()[1]).__name__ == "EPFail"
 
     def set_providers(*args: Any, **kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)  # onnxruntime's own errors for arguments it refuses
         with contextlib.suppress(Exception):  # never break the user's call over a record
-            providers = args[0] if args else kwargs.get("providers")
-            options = args[1] if len(args) > 1 else kwargs.get("provider_options")
-            birth.asked, birth.device_id = _asked(birth.file, providers, options)
             birth.got, birth.reported = tuple(_hooks[0][0].get_providers(session)), False
+            if not falling_back:
+                providers = args[0] if args else kwargs.get("providers")
+                options = args[1] if len(args) > 1 else kwargs.get("provider_options")
+                birth.asked, birth.device_id = _asked(birth.file, providers, options, birth.got)
         return result
 
     result = on_set_providers(set_providers, session, args, kwargs)
