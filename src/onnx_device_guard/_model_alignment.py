@@ -13,7 +13,7 @@ import logging
 import os
 import types
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -129,19 +129,6 @@ class Load:
     warned: tuple[object, ...] = ()
     """The last fallback warned about for a session born later: the same again is DEBUG."""
 
-    def device_argument(self) -> object:
-        """The call's `device` argument (or `None`), read without binding the rest."""
-        if "device" in self.kwargs:
-            return self.kwargs["device"]
-        parameters = {} if self.signature is None else self.signature.parameters
-        if (parameter := parameters.get("device")) is None:
-            return None
-        if self.args and parameter.kind <= parameter.POSITIONAL_OR_KEYWORD:
-            position = list(parameters).index("device")
-            if position < len(self.args):
-                return self.args[position]
-        return None if parameter.default is parameter.empty else parameter.default
-
     def born_later(self, model: object, session: object) -> torch.device | None:
         """Align `model`, which had no session at its load, with all it opened since then."""
         self.born = (*self.born, weakref.ref(session))
@@ -180,7 +167,7 @@ class Load:
             return f"{text}. {why_dropped(dropped[0].asked[0])}" if dropped else text
 
         planned = asking or sessions
-        aligned, report, source = self._plan(model, planned, devices, note, dropped)
+        aligned, report, source = self._plan(model, planned, devices, used, note, dropped)
         if report is None:
             return aligned
         kept = attribute is not None and devices[-1][0] == aligned  # the attribute's own, checked
@@ -243,7 +230,7 @@ class Load:
         else:  # no search: the sessions born in the load are its sessions
             found = (_named(model, born), (), ())
         refuse = (born or not found[0]) and self.options.require_session is not False
-        if refuse and (isinstance(model, _NEVER) or inspect.isawaitable(model)):
+        if refuse and isinstance(model, (*_NEVER, Awaitable)):  # or a coroutine, say
             never = ", which can never hold an onnxruntime session. Return the model object itself."
             raise _unusable(model, self.factory, never)
         return found
@@ -286,7 +273,8 @@ class Load:
                 "naming the attribute that holds the model's device.",
             )
         dropped = [b for b in births if b is not None and b.dropped] if recorded else []
-        dropped.sort(key=lambda birth: birth.reported)  # a new drop is the one a report explains
+        if dropped:  # a new drop first: the one a report explains
+            dropped.sort(key=lambda birth: birth.reported)
         return devices, [*asking, *heard], dropped
 
     def _wait(self, model: object, searched: tuple[str, ...]) -> None:
@@ -308,16 +296,16 @@ class Load:
             describe(model, factory),
         )
 
-    def _plan(
+    def _plan(  # noqa: PLR0913 - and the settings `align` resolved
         self,
         model: object,
         sessions: Sessions,
         devices: Asked,
+        settings: Resolved,
         note: Callable[[], str],
         dropped: list[Birth],
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device once; the last aligned, the first fallback, its source."""
-        settings = cast(Resolved, self.made_with)  # set by `align` before it plans
         first: tuple[Fallback | None, str] = (None, "")
         aligned: dict[torch.device, torch.device] = {}
         for requested, source in devices:
@@ -474,7 +462,19 @@ def said_devices(load: Load, model: object) -> list[tuple[object, str]]:
                 "but there is no call here. Pass the device itself (device='cuda')."
             )
         return [_from_callable(option, load, model)]
-    value = load.device_argument()  # None for a `realign`: it has no call
+    args, parameters = load.args, {} if load.signature is None else load.signature.parameters
+    if "device" in load.kwargs:  # the call's `device` argument, read without binding the rest
+        value = load.kwargs["device"]
+    elif (parameter := parameters.get("device")) is None:  # a `realign` has none: no call
+        return []
+    elif (
+        args
+        and parameter.kind <= parameter.POSITIONAL_OR_KEYWORD
+        and (position := list(parameters).index("device")) < len(args)
+    ):
+        value = args[position]
+    else:
+        value = None if parameter.default is parameter.empty else parameter.default
     return [] if value is None else [(value, "the call's device argument")]
 
 
