@@ -46,6 +46,9 @@ MAX_VALUES = 4096
 _SCALARS = (str, bytes, int, float, complex, type(None))
 """Skipped at once: the most common values in a model's attributes."""
 
+_BUILT_IN = frozenset({*_SCALARS, bool, list, tuple, dict, set, frozenset})
+"""Built-in types themselves, which take no new attributes: never a session's, one lookup."""
+
 _CONTAINERS = (list, tuple, dict)
 
 _LEAVES: tuple[type, ...] = (*_SCALARS, type, types.ModuleType, types.FunctionType, enum.Enum)
@@ -103,10 +106,15 @@ def find_sessions(model: object, source: SessionSource, factory: object | None) 
             value = read_attribute(model, name, model, factory)
             if value is MISSING:
                 tried.append(name)
-            elif _may_be_session(value):
+                continue
+            try:  # None has none; a lookup that raises may be one
+                maybe = getattr(value, "get_providers", None) is not None
+            except Exception:
+                maybe = True
+            if maybe:
                 return [(where(model, name, value)[0], value)], (name,), ()
-            else:  # a package's own wrapper, say: discovery looks inside it
-                tried.append(f"{name} (a {type(value).__name__}, not a session)")
+            # A package's own wrapper, say: discovery looks inside it.
+            tried.append(f"{name} (a {type(value).__name__}, not a session)")
         found, searched, unreached = discover_sessions(model)
         if found and logger.isEnabledFor(logging.DEBUG):
             logger.debug(
@@ -163,14 +171,6 @@ def _sessions_from_callable(
         ) from error
 
 
-def _may_be_session(value: object) -> bool:
-    """Whether a default-named attribute's value has `get_providers` (or raises looking)."""
-    try:  # None has none
-        return getattr(value, "get_providers", None) is not None
-    except Exception:
-        return True
-
-
 def where(model: object, name: str, value: object) -> tuple[str, object]:
     """The path of `model.<name>` and its holder: the model, or an inner object it forwards."""
     # Looked up on the model, not its class: a class's missing attribute costs Python 3.11 an error.
@@ -196,7 +196,8 @@ def where(model: object, name: str, value: object) -> tuple[str, object]:
 
 def is_session(value: object) -> bool:
     """Whether `value`'s type has callable `get_providers` and `run`, as a session does."""
-    cls = type(value)
+    if (cls := type(value)) in _BUILT_IN or isinstance(value, _SCALARS):  # the usual values
+        return False
     try:
         return callable(getattr(cls, "get_providers", None)) and callable(getattr(cls, "run", None))
     except Exception:  # a metaclass whose lookup raises: not a session
@@ -206,9 +207,7 @@ def is_session(value: object) -> bool:
 def sessions_among(attributes: Sessions, skip: set[int]) -> Sessions:
     """The sessions among `(name, value)` attributes, but those whose id is in `skip`."""
     return [
-        (name, value)
-        for name, value in attributes
-        if not isinstance(value, _SCALARS) and id(value) not in skip and is_session(value)
+        (name, value) for name, value in attributes if id(value) not in skip and is_session(value)
     ]
 
 
