@@ -198,8 +198,9 @@ class TestWatch:
             with pytest.raises(EnvironmentConfigurationError, match="dropped CUDA"):
                 made.set_providers(CUDA)
 
-    def test_a_drop_a_following_model_survives_is_the_watchs_to_report(self) -> None:
-        """A model already on the CPU follows quietly; the watch still hears of the drop."""
+    def test_a_drop_a_following_model_survives_is_its_loads_to_report(self) -> None:
+        """A model already on the CPU, its session asked for CUDA again (optimum's `.to()`):
+        the providers do not change, but the drop is reported with the load's settings."""
         script = textwrap.dedent(
             """
             import warnings, onnxruntime, torch
@@ -214,17 +215,21 @@ class TestWatch:
                     self.device = torch.device("cpu")
                     self.session = onnxruntime.InferenceSession(example_model(), providers=CPU)
 
-            with watch_sessions(resolution_mode="fail"):
-                model = device_guard(lambda: Model())()
-                model.session.set_providers(["AzureExecutionProvider", *CPU])  # followed
-                try:
-                    model.session.set_providers(["CUDAExecutionProvider", *CPU])
-                    print("silent")
-                except EnvironmentConfigurationError:
-                    print("raised")
+            for mode, watched in (("fail", False), ("fallback", True)):
+                watch = watch_sessions(resolution_mode="fail" if watched else None)
+                with watch:  # a guarded model's session is its load's to report
+                    model = device_guard(resolution_mode=mode)(lambda: Model())()
+                    with warnings.catch_warnings(record=True) as caught:
+                        warnings.simplefilter("always")
+                        try:
+                            model.session.set_providers(["CUDAExecutionProvider", *CPU])
+                            said = [str(warning.message)[:30] for warning in caught]
+                            print(mode, [text for text in said if "dropped" in text])
+                        except EnvironmentConfigurationError:
+                            print(mode, "raised")
             """
         )
-        assert_prints(script, "raised")
+        assert_prints(script, "fail raised\nfallback ['onnxruntime dropped CUDAExecut']")
 
     def test_a_subclass_is_observed_once(self, caught: list[warnings.WarningMessage]) -> None:
         """A subclass of InferenceSession calling super().__init__ is one birth."""

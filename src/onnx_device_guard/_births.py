@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._errors import EnvironmentConfigurationError
-from ._follow import following, on_set_providers
+from ._follow import followers_of, following, on_set_providers
 from ._messages import ObjectTable, error_text, logger, short_repr
 from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, parse_device_id
 
@@ -496,7 +496,11 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
         return result
 
     result = on_set_providers(set_providers, session, args, kwargs)
-    to_watch([session])
+    if birth.dropped and not birth.reported:  # unchanged providers, or a model that survives it
+        watches = followers_of(session)
+        live = [w.settings for w in (watches.watches.values() if watches else ()) if w.model()]
+        if live or _WATCHES:  # a guarded model's, reported with its load's settings
+            report_birth(birth, settings=live[0] if live else None)
     return result
 
 
@@ -522,13 +526,14 @@ def why_dropped(provider: str) -> str:
     )
 
 
-def report_birth(birth: Birth, raising: bool = True) -> None:
-    """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`."""
+def report_birth(birth: Birth, raising: bool = True, settings: Any = None) -> None:
+    """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`;
+    with the `settings` of the load that follows it, else of the watch."""
     from ._alignment import plan_alignment, warn_at_caller
     from ._policy import current_policy
 
     given = next((watch._settings for watch in _WATCHES if watch._settings is not None), None)
-    used = current_policy() if given is None else given.over(current_policy())
+    used = settings or (current_policy() if given is None else given.over(current_policy()))
     provider = birth.asked[0]
     problem = (
         f"onnxruntime dropped {provider} for the session of {short_repr(birth.file, 200)}: "

@@ -64,6 +64,8 @@ class _Watch(NamedTuple):
     session_name: str
     on_change: OnChange
     origin: Origin | None
+    settings: object = None
+    """What the guard reports a drop in `set_providers` with that no change shows (`_births`)."""
 
 
 class _Followers(NamedTuple):
@@ -83,13 +85,14 @@ _NOT_SESSIONS: weakref.WeakSet[type] = weakref.WeakSet()
 """The session classes already logged as not followed, held weakly."""
 
 
-def watch(
+def watch(  # noqa: PLR0913 - the model, its sessions, the callback, and three keywords
     model: object,
     sessions: Iterable[tuple[str, object]],
     on_change: OnChange,
     *,
     key: Hashable = None,
     origin: Origin | None = None,
+    settings: object = None,
 ) -> int:
     """Follow `sessions` of `model`, calling `on_change` when one changes providers.
 
@@ -128,7 +131,8 @@ def watch(
                 if (followers := _FOLLOWED.get(session)) is None:
                     _FOLLOWED.set(session, followers := _Followers(threading.RLock(), {}))
                 forget = functools.partial(_forget, followers.watches, entry)
-                watched = _Watch(weakref.ref(model, forget), session_name, on_change, origin)
+                reference = weakref.ref(model, forget)
+                watched = _Watch(reference, session_name, on_change, origin, settings)
                 followers.watches[entry] = watched
         followed += 1
     return followed

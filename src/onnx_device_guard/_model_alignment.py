@@ -160,7 +160,7 @@ class Load:
         if not devices:
             return None  # sessions that asked for the CPU only, and no device anywhere
         if options.follow and not followed:  # a change is not followed again
-            watch(model, sessions, self.changed, key=id(options), origin=self.origin)
+            watch(model, sessions, self.changed, key=id(options), origin=self.origin, settings=used)
 
         def note() -> str:  # written only when a message needs it
             text = "; its session was opened after the load" if opened_later else ""
