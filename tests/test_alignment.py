@@ -101,6 +101,17 @@ class TestSeedContract:
         result = align_device_with_onnx_session(cpu_session(), "cuda", fallback_device="meta")
         assert result == torch.device("meta")
 
+    def test_a_fallback_device_it_cannot_read_is_an_error_naming_the_device_asked_for(
+        self,
+    ) -> None:
+        """The message says the model asked for cuda:1, not the fallback cuda:0."""
+        with pytest.raises(EnvironmentConfigurationError) as caught:
+            align_device_with_onnx_session(cpu_session(), "cuda:1", fallback_device="cuda:0")
+        message = caught.value.message
+        assert message.startswith("The session cannot read the fallback device 'cuda:0' either:")
+        assert "The model asks for device 'cuda:1'" in message
+        assert "asks for device 'cuda:0'" not in message
+
     def test_gpu_capable_set_is_frozen(self) -> None:
         """The provider set is a frozenset of names, so nobody can change it by accident."""
         assert isinstance(GPU_CAPABLE_EXECUTION_PROVIDERS, frozenset)

@@ -116,7 +116,7 @@ class TestWatch:
     def test_a_fallback_device_the_session_cannot_read_raises_as_in_the_core(self) -> None:
         """fallback_device='cuda:0' for a session on the CPU raises, in the core's words."""
         with pytest.raises(EnvironmentConfigurationError) as core:
-            align_device_with_onnx_session(session(CPU), "cuda", fallback_device="cuda:0")
+            align_device_with_onnx_session(session(CPU), "cuda:0", fallback_device="cuda:0")
         with (
             watch_sessions(fallback_device="cuda:0"),
             pytest.raises(EnvironmentConfigurationError) as watched,

@@ -178,12 +178,12 @@ def _resolve(
         )
     if mismatch.session_device is not None:
         return mismatch.session_device
-    if is_cuda(fallback) and (unread := find_mismatch(session, fallback)) is not None:
+    if is_cuda(fallback) and find_mismatch(session, fallback) is not None:
         named = "" if mismatch.session_name is None else f" {mismatch.session_name!r}"
-        raise EnvironmentConfigurationError(
+        raise EnvironmentConfigurationError(  # the problem names the device asked for
             f"The session{named} cannot read the fallback device {str(fallback)!r} either: "
-            f"{unread.problem} Pick a fallback_device it reads, such as 'cpu'.",
-            help_url=unread.help_url,
+            f"{mismatch.problem} Pick a fallback_device it reads, such as 'cpu'.",
+            help_url=mismatch.help_url,
         )
     return fallback
 

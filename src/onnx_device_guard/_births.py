@@ -530,6 +530,8 @@ def report_birth(birth: Birth, raising: bool = True, settings: Any = None) -> No
     """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`;
     with the `settings` of the load that follows it, else of the watch."""
     from ._alignment import plan_alignment, warn_at_caller
+    from ._devices import as_device
+    from ._options import Resolved
     from ._policy import current_policy
 
     given = next((watch._settings for watch in _WATCHES if watch._settings is not None), None)
@@ -544,7 +546,8 @@ def report_birth(birth: Birth, raising: bool = True, settings: Any = None) -> No
     if used.resolution_mode == "fail" and raising:
         raise EnvironmentConfigurationError(problem)  # its help: no data transfer registered
     # The core's check: a fallback device the session cannot read either raises, in its words.
-    fallback = str(plan_alignment([("", birth)], used.fallback_device, used)[0])
+    resolved = Resolved("fallback", used.fallback_device, used.warn)  # the error raised above
+    fallback = str(plan_alignment([("", birth)], as_device(birth.device, "device"), resolved)[0])
     text = f"{problem} Its tensors belong on {fallback!r}."
     if used.warn:
         warn_at_caller(text)
