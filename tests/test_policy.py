@@ -376,6 +376,24 @@ class TestExitRemovesItsOwnScope:
         scope.__exit__(None, None, None)
         assert state() == DEFAULTS
 
+    def test_exit_in_a_task_the_scope_started_is_an_error(self) -> None:
+        """A child task sees the scope (a copy of the context) but cannot leave it."""
+        scope = device_policy(resolution_mode="fail")
+
+        async def leave() -> None:
+            with pytest.raises(DeviceGuardError, match="not entered in this thread or task"):
+                scope.__exit__(None, None, None)
+
+        async def main() -> str:
+            scope.__enter__()
+            await asyncio.create_task(leave())
+            mode = current_policy().resolution_mode
+            scope.__exit__(None, None, None)
+            return mode
+
+        assert asyncio.run(main()) == "fail"
+        assert state() == DEFAULTS
+
     def test_tasks_interleaving_one_instance(self) -> None:
         """Tasks that share one instance each leave their own scope."""
         strict = device_policy(resolution_mode="fail")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 from collections.abc import Callable, Mapping
 from contextlib import ContextDecorator
 from contextvars import ContextVar
@@ -34,6 +35,8 @@ class _Scope:
     settings: Resolved
     owner: device_policy
     outer: _Scope | None
+    task: object = None
+    """The asyncio task it was entered in, if any: a task it starts sees it, but cannot leave it."""
     ended: bool = False
     """Set when it is left out of order: it is never in force again."""
 
@@ -44,6 +47,15 @@ def _innermost() -> _Scope | None:
     while scope is not None and scope.ended:
         scope = scope.outer
     return scope
+
+
+def _current_task() -> object:
+    """The asyncio task running in this thread, if any (asyncio is never imported for it)."""
+    asyncio = sys.modules.get("asyncio")
+    try:
+        return None if asyncio is None else asyncio.current_task()
+    except RuntimeError:  # no event loop runs in this thread
+        return None
 
 
 def _forked() -> None:
@@ -179,13 +191,14 @@ class device_policy(ContextDecorator):  # noqa: N801 - a context manager, named 
     def __enter__(self) -> None:
         # The scope, not this instance, holds the state, so one instance can be
         # entered recursively, from several threads and tasks at once.
-        _CURRENT.set(_Scope(self._settings.over(current_policy()), self, _innermost()))
+        settings = self._settings.over(current_policy())
+        _CURRENT.set(_Scope(settings, self, _innermost(), _current_task()))
 
     def __exit__(self, *exc_info: object) -> None:
         innermost = own = _innermost()
         while own is not None and own.owner is not self:
             own = own.outer
-        if own is None:
+        if own is None or own.task is not _current_task():
             raise DeviceGuardError(
                 f"Leaving {self!r}, which was not entered in this thread or task; the scopes "
                 "in force are left as they are. Enter and leave a device_policy in the same "
