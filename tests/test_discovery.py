@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import logging
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +22,7 @@ from onnx_device_guard._discovery import MAX_ITEMS, MAX_VALUES, discover_session
 
 from .guarded_models import RunnableSession, runnable_cpu_session, runnable_cuda_session
 from .logs import recorded_logs
-from .sessions import cpu_session, cuda_session
+from .sessions import cpu_session, cuda_session, real_session
 
 CPU = torch.device("cpu")
 
@@ -233,6 +235,33 @@ class TestDiscovery:
 
         paths = [path for path, _ in discover_sessions(Holder())[0]]
         assert paths == ["heads['cls']", "pair[1]", "stages[0].session"]
+
+    def test_through_deques_sets_and_weak_references(self) -> None:
+        """A package's cache of sessions in a deque, a set or behind a weak reference is found."""
+        kept = runnable_cpu_session()
+
+        class Holder:
+            def __init__(self) -> None:
+                self.queue = collections.deque([None, runnable_cpu_session()])
+                self.pool = {real_session()}  # hashable, as onnxruntime's sessions are
+                self.frozen = frozenset([real_session()])
+                self.cache = weakref.ref(kept)
+                self.gone = weakref.ref(runnable_cpu_session())  # dead: nothing to find
+
+        paths = sorted(path for path, _ in discover_sessions(Holder())[0])
+        assert paths == ["cache()", "frozen[...]", "pool[...]", "queue[1]"]
+
+    def test_a_cached_session_in_a_set_fails_in_fail_mode(self) -> None:
+        """A session made before the load (a package's cache) is found by the search, so one
+        that cannot read the device raises."""
+        pool = {real_session()}
+
+        class Cached:
+            def __init__(self) -> None:
+                self.pool, self.device = pool, "cuda"
+
+        with pytest.raises(EnvironmentConfigurationError, match="asks for device 'cuda'"):
+            device_guard(resolution_mode="fail")(Cached)()
 
     def test_slots_are_searched(self) -> None:
         """Objects with __slots__ instead of a __dict__ are searched too."""

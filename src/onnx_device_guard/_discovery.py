@@ -1,12 +1,13 @@
 """Finding a model's sessions made before the call, and its device attribute.
 
 An attribute read that raises becomes a `DeviceGuardError` naming it. The
-search walks instance attributes and list, tuple and dict items within fixed
+search walks instance attributes and the items of built-in containers within fixed
 limits, calling no property or method, and says what it leaves out.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import enum
 import inspect
@@ -14,6 +15,7 @@ import itertools
 import logging
 import pathlib
 import types
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +34,7 @@ MAX_DEPTH = 3
 """How many attribute levels discovery goes down (`a.b.c` is three)."""
 
 MAX_ITEMS = 64
-"""How many items of one list, tuple or dict discovery looks at (a session is in the first few)."""
+"""How many items of one container discovery looks at (a session is in the first few)."""
 
 MAX_ATTRIBUTES = 1024
 """How many instance attributes of one object discovery looks at."""
@@ -49,7 +51,9 @@ _SCALARS = (str, bytes, int, float, complex, type(None))
 _BUILT_IN = frozenset({*_SCALARS, bool, list, tuple, dict, set, frozenset})
 """Built-in types themselves, which take no new attributes: never a session's, one lookup."""
 
-_CONTAINERS = (list, tuple, dict)
+_SEQUENCES = (list, tuple, collections.deque, set, frozenset)
+_CONTAINERS = (dict, *_SEQUENCES, weakref.ref)
+"""Read as the built-in types (a subclass's methods never run): a weak reference holds one."""
 
 _LEAVES: tuple[type, ...] = (*_SCALARS, type, types.ModuleType, types.FunctionType, enum.Enum)
 _LEAVES += (pathlib.PurePath, logging.Logger, logging.Handler)
@@ -243,16 +247,18 @@ def discover_sessions(model: object) -> Found:
 
 
 def _values(path: str, value: object, unreached: list[str], nesting: int = 0) -> Sessions:
-    """`value`, or the values within a list, tuple or dict (paths with their keys), as far as
+    """`value`, or the values within a container (paths with their keys), as far as
     `MAX_ITEMS` and `MAX_NESTING` reach: `unreached` names what past them could hold a session."""
     if not isinstance(value, _CONTAINERS):
         return [(path, value)]
+    if isinstance(value, weakref.ref):  # what it refers to, while that lives
+        return _values(f"{path}()", weakref.ref.__call__(value), unreached, nesting + 1)
     if isinstance(value, dict):
         items: list[tuple[object, object]] = list(dict.items(value))
-    elif isinstance(value, list):  # read as the built-in type: a subclass's methods never run
-        items = list(enumerate(list.__iter__(value)))
-    else:
-        items = list(enumerate(tuple.__iter__(value)))
+    else:  # a set's items have no place to name: `[...]`
+        kind = next(kind for kind in _SEQUENCES if isinstance(value, kind))
+        children = kind.__iter__(value)  # type: ignore[arg-type]
+        items = [(..., c) for c in children] if kind in (set, frozenset) else [*enumerate(children)]
     shown = items[:MAX_ITEMS] if nesting < MAX_NESTING else []
     if any(not isinstance(child, _SCALARS) for _, child in items[len(shown) :]):
         past = f"the first {MAX_ITEMS} items" if shown else f"{MAX_NESTING} nested containers"
