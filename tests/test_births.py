@@ -1132,6 +1132,25 @@ class TestWhoOwnsABirth:
         ):
             load()
 
+    @pytest.mark.parametrize("mode", ["fallback", "fail"])
+    def test_without_a_watch_the_load_reports_sessions_session_attr_leaves_out(
+        self, mode: Any, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """Born in the load, asked for CUDA, not named: reported with the load's settings."""
+        made = session(CPU)
+
+        class Two:
+            def __init__(self) -> None:
+                self.main, self.aux, self.device = made, session(), "cpu"
+
+        load = device_guard(session_attr="main", resolution_mode=mode)(Two)
+        if mode == "fail":
+            with pytest.raises(EnvironmentConfigurationError, match="dropped CUDAExecution"):
+                load()
+        else:
+            assert load().device == "cpu"
+            assert len(fallbacks(caught)) == 1
+
     def test_a_task_the_load_started_reports_to_the_watch_after_the_load(self) -> None:
         """A session a load's task opens once the load has returned is the watch's to check."""
 

@@ -164,22 +164,24 @@ def reported_by_load(sessions: list[tuple[str, object]], dropped: list[Birth]) -
         outer.heard.update(id(session) for _, session in sessions)
 
 
-def pass_on(sessions: list[object], owned: bool) -> None:
+def pass_on(sessions: list[object], owned: bool, settings: Any = None) -> None:
     """Sessions a load has aligned: the load around it has them too; else those it does not
-    own (`session_attr` names others) are the watch's."""
+    own (`session_attr` names others) are the watch's, or without one reported with the load's
+    `settings`."""
     if (outer := open_load()) is not None:
         outer.born.extend(sessions)
     elif not owned:
-        to_watch(sessions)
+        to_watch(sessions, settings=None if _WATCHES else settings)
 
 
-def to_watch(sessions: list[object], raising: bool = True) -> None:
-    """Sessions no model is known to hold: the watch's, even inside another load. Those of a
-    load that raised (`raising=False`) warn in "fail" mode too, so its own error propagates."""
-    if _WATCHES:
+def to_watch(sessions: list[object], raising: bool = True, settings: Any = None) -> None:
+    """Sessions no model is known to hold: the watch's (or reported with the `settings` of the
+    load they were born in), even inside another load. Those of a load that raised
+    (`raising=False`) warn in "fail" mode too, so its own error propagates."""
+    if _WATCHES or settings is not None:
         for birth in filter(None, map(birth_of, sessions)):
             if birth.dropped and not birth.reported:
-                report_birth(birth, raising)
+                report_birth(birth, raising, settings)
 
 
 def _pending_owner(load: collecting | None) -> Callable[[object], object] | None:

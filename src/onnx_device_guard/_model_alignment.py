@@ -81,8 +81,8 @@ def align_model(
             to_watch(born, raising=False)
         raise
     else:
-        if born:  # the load around it has them too; those it does not name are the watch's
-            pass_on(born, owned=not named)
+        if born:  # the load around it has them too; those it does not name go on their own
+            pass_on(born, owned=not named, settings=load.made_with)
     finally:  # the hooks an undo left to the loads in flight go once the last is aligned
         settle()
     return aligned
