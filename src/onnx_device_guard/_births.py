@@ -31,7 +31,7 @@ from ._messages import ObjectTable, error_text, logger, short_repr
 from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, parse_device_id
 
 if TYPE_CHECKING:
-    from ._options import Settings
+    from ._options import Resolved, Settings
 
 
 @dataclass(eq=False, slots=True)
@@ -164,7 +164,7 @@ def reported_by_load(sessions: list[tuple[str, object]], dropped: list[Birth]) -
         outer.heard.update(id(session) for _, session in sessions)
 
 
-def pass_on(sessions: list[object], owned: bool, settings: Any = None) -> None:
+def pass_on(sessions: list[object], owned: bool, settings: Resolved | None = None) -> None:
     """Sessions a load has aligned: the load around it has them too; else those it does not
     own (`session_attr` names others) are the watch's, or without one reported with the load's
     `settings`."""
@@ -174,7 +174,9 @@ def pass_on(sessions: list[object], owned: bool, settings: Any = None) -> None:
         to_watch(sessions, settings=None if _WATCHES else settings)
 
 
-def to_watch(sessions: list[object], raising: bool = True, settings: Any = None) -> None:
+def to_watch(
+    sessions: list[object], raising: bool = True, settings: Resolved | None = None
+) -> None:
     """Sessions no model is known to hold: the watch's (or reported with the `settings` of the
     load they were born in), even inside another load. Those of a load that raised
     (`raising=False`) warn in "fail" mode too, so its own error propagates."""
@@ -498,11 +500,11 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
         return result
 
     result = on_set_providers(set_providers, session, args, kwargs)
-    if birth.dropped and not birth.reported:  # unchanged providers, or a model that survives it
-        watches = followers_of(session)
-        live = [w.settings for w in (watches.watches.values() if watches else ()) if w.model()]
-        if live or _WATCHES:  # a guarded model's, reported with its load's settings
-            report_birth(birth, settings=live[0] if live else None)
+    # A drop no follower reported (the providers did not change, or the model survives it) is
+    # reported with the settings of the load of a model that follows it, else the watch's.
+    followers = followers_of(session)
+    watches = followers.watches.values() if followers is not None else ()
+    to_watch([session], settings=next((w.settings for w in watches if w.model()), None))
     return result
 
 
@@ -528,7 +530,7 @@ def why_dropped(provider: str) -> str:
     )
 
 
-def report_birth(birth: Birth, raising: bool = True, settings: Any = None) -> None:
+def report_birth(birth: Birth, raising: bool = True, settings: Resolved | None = None) -> None:
     """Report a session that dropped its GPU providers: warn and log, or raise in `"fail"`;
     with the `settings` of the load that follows it, else of the watch."""
     from ._alignment import plan_alignment, warn_at_caller
@@ -536,8 +538,10 @@ def report_birth(birth: Birth, raising: bool = True, settings: Any = None) -> No
     from ._options import Resolved
     from ._policy import current_policy
 
-    given = next((watch._settings for watch in _WATCHES if watch._settings is not None), None)
-    used = settings or (current_policy() if given is None else given.over(current_policy()))
+    used = settings
+    if used is None:  # the oldest watch given options sets them, over the policy in force
+        given = next((w._settings for w in _WATCHES if w._settings is not None), None)
+        used = current_policy() if given is None else given.over(current_policy())
     provider = birth.asked[0]
     problem = (
         f"onnxruntime dropped {provider} for the session of {short_repr(birth.file, 200)}: "

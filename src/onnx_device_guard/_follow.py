@@ -15,10 +15,13 @@ import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable
 from contextvars import ContextVar
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError, in_context
 from ._messages import ObjectTable, logger
+
+if TYPE_CHECKING:
+    from ._options import Resolved
 
 Providers = tuple[str, ...] | None
 """A session's providers in order, or `None` when they could not be read."""
@@ -64,8 +67,8 @@ class _Watch(NamedTuple):
     session_name: str
     on_change: OnChange
     origin: Origin | None
-    settings: object = None
-    """What the guard reports a drop in `set_providers` with that no change shows (`_births`)."""
+    settings: Resolved | None = None
+    """The settings of the model's load, for a drop in `set_providers` no change shows."""
 
 
 class _Followers(NamedTuple):
@@ -92,7 +95,7 @@ def watch(  # noqa: PLR0913 - the model, its sessions, the callback, and three k
     *,
     key: Hashable = None,
     origin: Origin | None = None,
-    settings: object = None,
+    settings: Resolved | None = None,
 ) -> int:
     """Follow `sessions` of `model`, calling `on_change` when one changes providers.
 
