@@ -212,9 +212,8 @@ def plan_alignment(
     at_fault = [name for name, one in sessions if find_mismatch(one, aligned)] if several else []
     if not at_fault:
         return aligned, Fallback(requested, aligned, tuple(mismatches))
-    off = [name for name, one in sessions if find_mismatch(one, requested)]
-    if len(off) < len(sessions):  # some keep to the device asked for: the others are at fault
-        at_fault = off
+    if len(mismatches) < len(sessions):  # some keep to the device asked for: the rest are at fault
+        at_fault = [str(mismatch.session_name) for mismatch in mismatches]
     if any(find_mismatch(session, fallback) for _, session in sessions):
         raise EnvironmentConfigurationError(
             f"The model's sessions run on different GPUs, so {', '.join(map(repr, at_fault))} "
