@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import gc
 import importlib
 import itertools
@@ -805,17 +806,22 @@ class TestRefusals:
             device_guard(lambda: (1, 2))()
         assert device_guard(lambda: types.SimpleNamespace(device="cuda"))().device == "cuda"
 
-    @pytest.mark.parametrize("shape", ["tuple", "none", "generator"])
+    @pytest.mark.parametrize("shape", ["tuple", "list", "dict", "none", "generator"])
     def test_a_session_born_in_the_call_does_not_let_a_non_model_through(self, shape: str) -> None:
-        """`return model, tokenizer` (or nothing, or a generator) is refused, sessions or not."""
+        """`return model, tokenizer` (or nothing, or a generator) is refused, sessions or not.
+
+        Before: a list or a dict of models went through unchecked: its sessions asked for the
+        CPU, and the guard read no device off the list, so models on CUDA passed silently.
+        """
 
         def load(device: str = "cuda") -> Any:
             model = types.SimpleNamespace(session=session(CPU), device=device)
             if shape == "generator":
                 return (model for _ in range(1))
-            return (model, "tokenizer") if shape == "tuple" else None
+            shaped = {"tuple": (model, "tokenizer"), "list": [model], "dict": {"m": model}}
+            return shaped.get(shape)
 
-        with pytest.raises(DeviceGuardError, match="can never hold an onnxruntime session"):
+        with pytest.raises(DeviceGuardError, match="is no model object"):
             device_guard(load)()
 
     def test_require_session_true_keeps_the_old_refusal(self) -> None:
@@ -1200,6 +1206,69 @@ class TestWhoOwnsABirth:
             quiet.open()  # the load's "fallback" holds
         assert quiet.device == "cpu"
         assert fallbacks(caught) == []
+
+    def test_a_session_a_loaded_model_opens_again_is_checked(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A model that had its session at load and opens a new one in `.to()` is checked then.
+
+        Before: only a model without a session at load waited for births; a new session
+        replacing the first was never checked, so "fail" mode left the model on CUDA.
+        """
+
+        class Model:
+            def __init__(self) -> None:
+                self.session, self.device = session(CPU), "cpu"
+
+            def to(self, device: str) -> Model:
+                self.session, self.device = session(CUDA if device == "cuda" else CPU), device
+                return self
+
+        strict = device_guard(resolution_mode="fail")(lambda: Model())()
+        with pytest.raises(EnvironmentConfigurationError, match="opened after the load"):
+            strict.to("cuda")
+        device_guard(lambda: Model())().to("cuda")
+        assert len(fallbacks(caught)) == 1
+        assert device_guard(follow=False)(lambda: Model())().to("cuda").device == "cuda"
+        assert len(fallbacks(caught)) == 1  # follow=False aligns at load only
+
+    @pytest.mark.parametrize("held", ["partial", "closure", "class attribute"])
+    def test_a_worker_threads_session_the_model_hides_is_reported(
+        self, held: str, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A session born in a worker thread during the load that no search finds is reported.
+
+        Before: the load found no session, the model waited for one, and the dropped GPU
+        provider was never said, in "fail" mode too.
+        """
+
+        class Model:
+            def __init__(self) -> None:
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                    made = pool.submit(session).result()
+                if held == "partial":
+                    self.run = functools.partial(made.run, None)
+                elif held == "closure":
+                    self.run = lambda feeds: made.run(None, feeds)
+                else:
+                    Model.shared = made
+                self.device = "cuda"
+
+        with pytest.raises(EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"):
+            device_guard(resolution_mode="fail")(lambda: Model())()
+        device_guard(lambda: Model())()
+        assert len(fallbacks(caught)) == 1
+
+    def test_a_session_held_by_a_bound_method_is_found(self) -> None:
+        """`self.run = session.run` holds the session: the search goes into bound methods."""
+
+        class Model:
+            def __init__(self, made: Any) -> None:
+                self.run, self.device = made.run, "cuda"
+
+        made = session(CPU)
+        with pytest.raises(EnvironmentConfigurationError, match=r"session 'run\.__self__'"):
+            device_guard(resolution_mode="fail")(Model)(made)
 
     def test_a_helper_handed_the_model_does_not_open_its_sessions(
         self, caught: list[warnings.WarningMessage]

@@ -66,8 +66,8 @@ class Birth:
 
 
 _NUMBERS = itertools.count(1)
-_ELSEWHERE = [0]
-"""The number of the last session born outside any load while one was in flight."""
+_ELSEWHERE: list[tuple[int, weakref.ref[Any]]] = []
+"""The latest sessions born outside every load while one was in flight, with their numbers."""
 _RECORDS: ObjectTable[Birth] = ObjectTable()
 """The birth of each observed session alive."""
 _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[Any, Any]]] = weakref.WeakKeyDictionary()
@@ -430,15 +430,18 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     elif load is not None:
         load.born.append(session)
     else:
-        if _LOADS:  # born outside the loads in flight (a worker thread): they search their models
-            _ELSEWHERE[0] = birth.number
+        if _LOADS:  # born outside the loads in flight (a worker thread): theirs, if anyone's
+            del _ELSEWHERE[:-63]
+            _ELSEWHERE.append((birth.number, weakref.ref(session)))
         if _WATCHES and birth.dropped:
             report_birth(birth)
 
 
-def born_elsewhere(since: int | None) -> bool:
-    """Whether a session was born outside every load since the birth number `since`."""
-    return since is not None and _ELSEWHERE[0] > since
+def born_elsewhere(since: int | None) -> list[object]:
+    """The sessions alive that were born outside every load since the birth number `since`."""
+    if since is None or not _ELSEWHERE:
+        return []
+    return [s for number, ref in list(_ELSEWHERE) if number > since and (s := ref()) is not None]
 
 
 def _record(session: Any, source: Any, sess_options: Any, providers: Any, options: Any) -> Birth:

@@ -52,8 +52,9 @@ _BUILT_IN = frozenset({*_SCALARS, bool, list, tuple, dict, set, frozenset})
 """Built-in types themselves, which take no new attributes: never a session's, one lookup."""
 
 _SEQUENCES = (list, tuple, collections.deque, set, frozenset)
-_CONTAINERS = (dict, *_SEQUENCES, weakref.ref)
-"""Read as the built-in types (a subclass's methods never run): a weak reference holds one."""
+_CONTAINERS = (dict, *_SEQUENCES, weakref.ref, types.MethodType)
+"""Read as the built-in types (a subclass's methods never run); a weak reference and a bound
+method (`session.run`) hold one object."""
 
 _LEAVES: tuple[type, ...] = (*_SCALARS, type, types.ModuleType, types.FunctionType, enum.Enum)
 _LEAVES += (pathlib.PurePath, logging.Logger, logging.Handler)
@@ -253,6 +254,8 @@ def _values(path: str, value: object, unreached: list[str], nesting: int = 0) ->
         return [(path, value)]
     if isinstance(value, weakref.ref):  # what it refers to, while that lives
         return _values(f"{path}()", weakref.ref.__call__(value), unreached, nesting + 1)
+    if isinstance(value, types.MethodType):
+        return _values(f"{path}.__self__", value.__self__, unreached, nesting + 1)
     if isinstance(value, dict):
         items: list[tuple[object, object]] = list(dict.items(value))
     else:  # a set's items have no place to name: `[...]`

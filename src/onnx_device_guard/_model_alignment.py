@@ -83,6 +83,8 @@ def align_model(
     else:
         if born:  # the load around it has them too; those it does not name go on their own
             pass_on(born, owned=not named, settings=load.made_with)
+        if collected is not None:  # born in a worker thread, and not found on the model
+            to_watch(born_elsewhere(collected.since), settings=load.made_with)
     finally:  # the hooks an undo left to the loads in flight go once the last is aligned
         settle()
     return aligned
@@ -159,8 +161,9 @@ class Load:
         devices, asking, dropped = self._devices(model, sessions, attribute)
         if not devices:
             return None  # sessions that asked for the CPU only, and no device anywhere
-        if options.follow and not followed:  # a change is not followed again
+        if options.follow and not followed:  # a change is not followed again, nor a new session
             watch(model, sessions, self.changed, key=id(options), origin=self.origin, settings=used)
+            await_births(model, self.born_later, self.origin)  # one its `.to()` opens, say
 
         def note() -> str:  # written only when a message needs it
             text = "; its session was opened after the load" if opened_later else ""
@@ -230,9 +233,9 @@ class Load:
         else:  # no search: the sessions born in the load are its sessions
             found = (_named(model, born), (), ())
         refuse = (born or not found[0]) and self.options.require_session is not False
-        if refuse and isinstance(model, (*_NEVER, Awaitable)):  # or a coroutine, say
-            never = ", which can never hold an onnxruntime session. Return the model object itself."
-            raise _unusable(model, self.factory, never)
+        if refuse and (isinstance(model, (*_NEVER, Awaitable)) or type(model) in _BARE):
+            never = ", which is no model object: it can hold no session or device of its own."
+            raise _unusable(model, self.factory, never + " Return the model object itself.")
         return found
 
     def _devices(
@@ -290,7 +293,7 @@ class Load:
             )
             return
         logger.warning(
-            "%s holds no onnxruntime session, and its class takes no weak reference "
+            "%s, which holds no onnxruntime session, and its class takes no weak reference "
             "(a built-in type, or __slots__ without '__weakref__'), so sessions it opens "
             "later are checked only under watch_sessions().",
             describe(model, factory),
@@ -348,6 +351,7 @@ def _named(model: object, born: list[object]) -> Sessions:
 
 
 _NEVER = (type(None), tuple, str, bytes, int, float, types.GeneratorType, types.AsyncGeneratorType)
+_BARE = (list, dict, set)  # a list of models, say; a subclass may be a model
 
 
 def _unreached(
