@@ -1243,6 +1243,9 @@ class TestWhoOwnsABirth:
         """
 
         class Model:
+            shared: Any = None
+            run: Any = None
+
             def __init__(self) -> None:
                 with concurrent.futures.ThreadPoolExecutor(1) as pool:
                     made = pool.submit(session).result()
