@@ -55,8 +55,8 @@ class Follower:
     def __init__(self) -> None:
         self.cancelled = False
 
-    def watch(self, model: object, sessions: Any, on_change: OnChange) -> int:
-        return watch(model, sessions, on_change, key=id(self), origin=self)
+    def watch(self, model: object, sessions: Any, on_change: OnChange) -> None:
+        watch(model, sessions, on_change, key=id(self), origin=self)
 
     def close(self) -> None:
         self.cancelled = True
@@ -118,7 +118,7 @@ class TestChange:
         """Keyword arguments pass through; a repeat that changes nothing calls no one."""
         session = real_session()
         model, calls = Model(s=session), Calls()
-        assert follower.watch(model, [("s", session)], calls) == 1
+        follower.watch(model, [("s", session)], calls)
         assert is_followed(session)
         assert session.set_providers(providers=[AZURE, CPU], provider_options=[{}, {}]) is None
         session.set_providers([AZURE, CPU])
@@ -152,7 +152,9 @@ class TestChange:
         """A model with two sessions hears about the one that changed."""
         first, second, calls = real_session(), real_session(), Calls()
         model = Model(a=first, b=second)
-        assert follower.watch(model, [("a", first), ("b", second)], calls) == 2
+        follower.watch(model, [("a", first), ("b", second)], calls)
+        assert is_followed(first)
+        assert is_followed(second)
         second.set_providers([AZURE, CPU])
         assert [call[1] for call in calls.calls] == ["b"]
 
@@ -282,8 +284,8 @@ class TestLifetimes:
 
             session = real_session()
             with recorded_logs() as records:
-                assert follower.watch(Slotted(), [("s", session)], Calls()) == 0
-                assert follower.watch(Slotted(), [("s", session)], Calls()) == 0
+                follower.watch(Slotted(), [("s", session)], Calls())
+                follower.watch(Slotted(), [("s", session)], Calls())
             assert len(warning_texts(records)) == 1
             assert not is_followed(session)
             return weakref.ref(Slotted)
@@ -296,7 +298,7 @@ class TestLifetimes:
         """Only an InferenceSession is followed; anything else is aligned at load only."""
         fake = FakeSession([CPU])
         with recorded_logs() as records:
-            assert follower.watch(Model(s=fake), [("s", fake)], Calls()) == 0
+            follower.watch(Model(s=fake), [("s", fake)], Calls())
         assert not is_followed(fake)
         assert all(record.levelno == logging.DEBUG for record in records)
 
@@ -310,7 +312,7 @@ class TestLifetimes:
         session = ComparableSession(example_model(), providers=[CPU])
         model, calls = Model(s=session), Calls()
         with recorded_logs() as records:
-            assert follower.watch(model, [("s", session)], calls) == 1
+            follower.watch(model, [("s", session)], calls)
         assert is_followed(session)
         assert not records
         session.set_providers([AZURE, CPU])
@@ -328,7 +330,8 @@ class TestLifetimes:
         assert [call[0] for call in calls.calls] == [kept]
         other.close()
         assert not is_followed(session)
-        assert follower.watch(Model(s=session), [("s", session)], calls) == 0  # cancelled
+        follower.watch(Model(s=session), [("s", session)], calls)  # cancelled: no watch
+        assert not is_followed(session)
 
     def test_a_followed_session_still_pickles_and_copies(self, follower: Follower) -> None:
         """Nothing is on the instance: a session that pickles comes back as it was, unfollowed."""

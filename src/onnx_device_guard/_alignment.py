@@ -191,12 +191,8 @@ def _resolve(
 def plan_alignment(
     sessions: Sequence[tuple[str, object]], requested: torch.device, settings: Resolved
 ) -> tuple[torch.device, Fallback | None]:
-    """Return the device all `(name, session)` read and the fallback to report; nothing is logged.
-
-    Each session in turn aligns the device; when they end on different GPUs,
-    the fallback device is used if all read it. The report names every session
-    that cannot read `requested` (when there are several).
-    """
+    """The device all `(name, session)` read (the fallback device where they end on different
+    GPUs) and the fallback to report, naming each session that cannot read `requested`."""
     mode, fallback = settings.resolution_mode, settings.fallback_device
     several = len(sessions) > 1
     aligned = requested

@@ -1,12 +1,8 @@
 """Sessions observed where they are born: what each asked for, and what it got.
 
-While anything needs them, `InferenceSession.__init__` and `set_providers` and
-`SessionOptions.add_provider` are wrapped on the class, and put back by
-identity once nothing does. Each session born then gets a `Birth` and goes to
-the first that owns it: the guarded load open in this context (`collecting`), a
-guarded model waiting for its sessions among the callers' first arguments
-(`await_births`), or a `watch_sessions` in force. Torch is imported only to
-report a fallback.
+While anything needs them, onnxruntime's constructors are wrapped on the class; each birth goes
+to a guarded model's method on the stack, else the load open here, else a watch. No torch
+until a report.
 """
 
 from __future__ import annotations
@@ -123,27 +119,23 @@ _PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object], obj
 
 
 def await_births(model: object, check: Callable[[Any, object], object], origin: object) -> bool:
-    """Check each session `model` opens later with `check`; `False` if it takes no weak ref.
-
-    `origin` is the patch that guarded it (or `None`), whose undo stops the wait.
-    """
+    """Check each session a method of `model` opens with `check` (until `origin`'s undo);
+    `False` if it takes no weak reference."""
     key = id(model)
     try:
         reference = weakref.ref(model, functools.partial(_forget, _PENDING, key))
     except TypeError:
         return False
     _PENDING[key] = (reference, check, origin)
-    use(permanent=True)
+    if not (_permanent and (_hooks or _waiting_for_import)):
+        use(permanent=True)
     return True
 
 
 def _forget(
     pending: dict[int, Any], key: int, _: object, finalizing: Callable[[], bool] = sys.is_finalizing
 ) -> None:
-    """Drop a collected model that waited for its sessions; the last one may unhook.
-
-    Everything it uses is bound here: at interpreter exit the module's globals are gone.
-    """
+    """Drop a collected model that waited (the last may unhook); bound: globals die at exit."""
     if pending.pop(key, None) is not None and not pending and not finalizing():
         _unhook_if_unused()
 
@@ -187,11 +179,8 @@ def to_watch(
 
 
 def _pending_owner(load: collecting | None) -> Callable[[object], object] | None:
-    """The check of the pending model a calling method (`self` first) runs on, nearer than `load`.
-
-    Only a method's locals are read: a helper handed the model is not the model's call, and
-    reading `f_locals` keeps a copy of the locals in the frame until it returns (before 3.13).
-    """
+    """The check of the pending model a calling method (`self` first) runs on, nearer than `load`
+    (only methods' `f_locals` are read: before 3.13 that keeps a copy until the frame returns)."""
     frame: types.FrameType | None = sys._getframe(2)  # past the wrapper and wrapt
     while frame is not None and (load is None or frame is not load.frame):
         code = frame.f_code

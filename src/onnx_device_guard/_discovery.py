@@ -1,9 +1,5 @@
-"""Finding a model's sessions made before the call, and its device attribute.
-
-An attribute read that raises becomes a `DeviceGuardError` naming it. The
-search walks instance attributes and the items of built-in containers within fixed
-limits, calling no property or method, and says what it leaves out.
-"""
+"""Finding a model's sessions made before the call, and its device attribute: instance
+attributes and built-in containers within fixed limits, no property run, what is left out said."""
 
 from __future__ import annotations
 
@@ -73,13 +69,6 @@ def describe(model: object, factory: object | None) -> str:
     if factory is None:
         return f"The model {type(model).__name__}"
     return f"The factory {factory_name(factory)} returned {type(model).__name__}"
-
-
-def context(model: object, factory: object | None) -> str:
-    """A short note naming the model and its factory, to end a message with."""
-    if factory is None:
-        return f"model {type(model).__name__}"
-    return f"model {type(model).__name__}, returned by the factory {factory_name(factory)}"
 
 
 def read_attribute(

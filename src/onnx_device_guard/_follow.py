@@ -1,10 +1,5 @@
-"""Following a session's provider changes after load, so a model can be aligned again.
-
-`on_set_providers` wraps `InferenceSession.set_providers` beside the birth
-hooks (`_births`); a change calls back the models watching that session. The
-watches live in `_FOLLOWED`, beside each session while it lives, each
-model held weakly; one session's changes take turns. docs/production.md has the limits.
-"""
+"""Following a session's provider changes after load, so a model can be aligned again: a
+change in `set_providers` calls back the models (held weakly) watching that session, in turn."""
 
 from __future__ import annotations
 
@@ -96,13 +91,12 @@ def watch(  # noqa: PLR0913 - the model, its sessions, the callback, and three k
     key: Hashable = None,
     origin: Origin | None = None,
     settings: Resolved | None = None,
-) -> int:
+) -> None:
     """Follow `sessions` of `model`, calling `on_change` when one changes providers.
 
     Call it before reading the providers at load, so that a change meanwhile
     is not missed. An equal `key`, or a `cancelled` `origin`, adds no watch;
-    what cannot be followed is logged. Returns how many of `sessions` are
-    followed for this model now.
+    what cannot be followed is logged.
     """
     if not type(model).__weakrefoffset__:  # no weak reference to it: cheaper than trying one
         _warn_once(
@@ -114,11 +108,8 @@ def watch(  # noqa: PLR0913 - the model, its sessions, the callback, and three k
             "'__weakref__' to __slots__. " + _AT_LOAD_ONLY,
             logging.WARNING,
         )
-        return 0
-    if origin is not None and origin.cancelled:
-        return 0
+        return
     session_class = getattr(sys.modules.get("onnxruntime"), "InferenceSession", None)
-    followed = 0
     for session_name, session in sessions:
         if not isinstance(session, session_class or ()):
             message = "Not following %s sessions: only an onnxruntime.InferenceSession is. "
@@ -130,15 +121,13 @@ def watch(  # noqa: PLR0913 - the model, its sessions, the callback, and three k
         if existing is None or existing.model() is not model:  # new, or a dead model's id
             with _LOCK:  # against stop_following: a load racing undo() leaves no watch
                 if origin is not None and origin.cancelled:
-                    return 0
+                    return
                 if (followers := _FOLLOWED.get(session)) is None:
                     _FOLLOWED.set(session, followers := _Followers(threading.RLock(), {}))
                 forget = functools.partial(_forget, followers.watches, entry)
                 reference = weakref.ref(model, forget)
                 watched = _Watch(reference, session_name, on_change, origin, settings)
                 followers.watches[entry] = watched
-        followed += 1
-    return followed
 
 
 followers_of = _FOLLOWED.get
@@ -185,12 +174,8 @@ def on_set_providers(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
 def _dispatch(
     followers: _Followers, old: Providers, new: Providers, handled: BaseException | None
 ) -> None:
-    """Call back each live model watching the session; the first error raises after the rest.
-
-    A library error gets the change in front of its message, chained to
-    `handled` (onnxruntime's `EPFail`); a model whose callback raised is not
-    called back again through an outer guard.
-    """
+    """Call back each live model watching the session once; the first error raises after the
+    rest, a library error with the change in front, chained to `handled` (an `EPFail`)."""
     errors: list[Exception] = []
     failed: list[object] = []  # models whose callback raised, compared by identity
     for watched in followers.watches.copy().values():

@@ -1,10 +1,5 @@
-"""`device_guard`: align the device of each model a factory returns, or each instance of a class.
-
-A function is wrapped in a closure that pickles. A class is guarded in place: the `__init__` of
-the class and of every subclass, present and future, is wrapped. What is installed refers only
-to the options, the original methods and module-level functions, so a class cloudpickled by
-value arrives guarded.
-"""
+"""`device_guard`: align each model a factory returns, or each instance of a class guarded in
+place (its and its subclasses' `__init__`; a class cloudpickled by value arrives guarded)."""
 
 from __future__ import annotations
 
@@ -283,11 +278,8 @@ def read_signature(factory: Callable[..., Any]) -> inspect.Signature | None:
 
 
 def _align(instance: object, cls: type, calls: dict[type, Any], collected: collecting) -> None:
-    """Align a new `instance` of `cls` with the options of the nearest guarded class.
-
-    The call read is the one that class's own `__init__` got, where a subclass's made it
-    (`super().__init__(path, "cuda")`), else the call of `cls` itself.
-    """
+    """Align a new `instance` of `cls` with the nearest guarded class's options, reading the call
+    that class's own `__init__` got (`super().__init__(path, "cuda")`), else the outermost."""
     for klass in cls.__mro__:
         guard = class_guard(klass)
         if guard is not None:

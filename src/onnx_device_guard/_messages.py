@@ -59,11 +59,8 @@ def _short(show: Callable[[object], str], value: object, limit: int) -> str:
 
 
 class ObjectTable(Generic[V]):
-    """A value per live object, by identity: unhashable objects too, and none kept alive.
-
-    An entry goes with its object: the weak reference's callback pops its id, which no
-    other object can have taken while the dying one still holds it.
-    """
+    """A value per live object, by identity (unhashable ones too), none kept alive: the weak
+    reference's callback pops the id, which no other object holds while the dying one does."""
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[weakref.ref[Any], V]] = {}

@@ -1,10 +1,5 @@
-"""Aligning a model object: its sessions and the devices asked for, aligned, written back.
-
-`align_model` does the job for `device_guard`, `patch` and `realign`: the
-sessions born during the load (`_births`), or found on the model
-(`_discovery`), against the call's device, the sessions' providers and the
-model's device attribute, which gets the aligned device.
-"""
+"""Aligning a model for `device_guard`, `patch` and `realign`: its sessions (born in the load,
+or found on it) against the devices asked for; the aligned one written to its attribute."""
 
 from __future__ import annotations
 
@@ -39,7 +34,6 @@ from ._discovery import (
     DeviceAttribute,
     Found,
     Sessions,
-    context,
     describe,
     discover_sessions,
     factory_name,
@@ -165,9 +159,12 @@ class Load:
             watch(model, sessions, self.changed, key=id(options), origin=self.origin, settings=used)
             await_births(model, self.born_later, self.origin)  # one its `.to()` opens, say
 
-        def note() -> str:  # written only when a message needs it
+        def note(source: str, single: str = "") -> str:  # written only when a message needs it
+            named = f"model {type(model).__name__}"
+            named += "" if factory is None else f", returned by the factory {factory_name(factory)}"
             text = "; its session was opened after the load" if opened_later else ""
-            return f"{text}. {why_dropped(dropped[0].asked[0])}" if dropped else text
+            text = f"{text}. {why_dropped(dropped[0].asked[0])}" if dropped else text
+            return f"{named}{single}; device from {source}{text}"
 
         planned = asking or sessions
         aligned, report, source = self._plan(model, planned, devices, used, note, dropped)
@@ -191,7 +188,7 @@ class Load:
             details = Details(
                 applied=attribute is not None and not outcome,
                 outcome=outcome,
-                context=f"{context(model, factory)}; device from {source}{note()}",
+                context=note(source),
                 factory=None if factory is None else factory_name(factory),
                 device_attr=None if attribute is None else attribute.path,
                 packages=(module.partition(".")[0],) if isinstance(module, str) else (),
@@ -202,11 +199,8 @@ class Load:
     def _heard(
         self, planned: Sessions, dropped: list[Birth], requested: torch.device, followed: bool
     ) -> bool:
-        """Whether a load inside this one reported this fallback already; marks it reported.
-
-        It did unless a session it did not report on cannot read `requested`: those are
-        planned first, so that the report names one of them. A provider change is news.
-        """
+        """Whether a load inside this one reported this fallback (none of the rest cannot read
+        `requested`; a provider change is news); marks it reported."""
         fresh = [s for _, s in planned if followed or not self._heard_of(s)]
         reported_by_load(planned, dropped)
         return len(fresh) < len(planned) and not any(
@@ -305,7 +299,7 @@ class Load:
         sessions: Sessions,
         devices: Asked,
         settings: Resolved,
-        note: Callable[[], str],
+        note: Callable[[str, str], str],
         dropped: list[Birth],
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device once; the last aligned, the first fallback, its source."""
@@ -321,8 +315,7 @@ class Load:
             except EnvironmentConfigurationError as error:
                 reported_by_load(sessions, dropped)  # the error is their report
                 single = "" if len(sessions) > 1 else f"; session {sessions[0][0]!r}"
-                where = f" ({context(model, self.factory)}{single}; device from {source}{note()})"
-                raise in_context(error, after=where) from None
+                raise in_context(error, after=f" ({note(source, single)})") from None
             if first[0] is None and planned is not None:
                 first = (planned, source)
         return aligned[devices[-1][0]], *first

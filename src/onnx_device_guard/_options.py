@@ -1,7 +1,5 @@
-"""The options, each kind one immutable value checked in one place.
-
-They are plain configuration: they pickle, compare by value and hold no run-time state.
-"""
+"""The options, each kind one immutable value checked in one place: they pickle, compare by value
+and hold no run-time state."""
 
 from __future__ import annotations
 

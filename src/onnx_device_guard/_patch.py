@@ -1,8 +1,5 @@
-"""`patch`: guard a third-party factory where it is defined, without editing its package.
-
-`_ImportFinder` patches a module imported later, or executed again (wrapt's post-import
-hooks fire once, so a reload would lose the patch).
-"""
+"""`patch`: guard a third-party factory where it is defined, also in a module imported later or
+reloaded (`_ImportFinder`: wrapt's post-import hooks fire once)."""
 
 from __future__ import annotations
 
@@ -426,12 +423,8 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         self._self_bindings: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
 
     def __get__(self, instance: object, owner: type | None = None) -> Any:
-        """Bind as wrapt does; but `Class.method` gives one object while it is held.
-
-        cloudpickle pickles a function-like object by reference only if looking it
-        up again gives that same object; else it copies the plain function inside.
-        A static or class method is bound to no instance, so that none travels with it.
-        """
+        """Bind as wrapt does, but `Class.method` gives one object while held (cloudpickle pickles
+        by reference only what a lookup gives again); a static or class method binds no instance."""
         if owner is None or (instance is not None and not self._self_of_class):
             return super().__get__(instance, owner)
         reference = self._self_bindings.get(owner)

@@ -1,8 +1,5 @@
-"""The settings in force for a call: `device_policy` scopes, over defaults from the environment.
-
-Outside every scope, operators set the defaults without code changes: the `VARIABLES`, read at
-first use, not at import, so a bad value cannot stop `import onnx_device_guard`.
-"""
+"""The settings in force: `device_policy` scopes, over defaults from the `VARIABLES` (read at
+first use, not import, so a bad value cannot stop `import onnx_device_guard`)."""
 
 from __future__ import annotations
 
@@ -82,14 +79,9 @@ BUILT_IN = Resolved(resolution_mode="fallback", fallback_device=torch.device("cp
 
 
 def read_environment(environ: Mapping[str, str] = os.environ) -> Resolved:
-    """Return the defaults that the variables in `environ` set.
+    """The defaults the variables in `environ` set; empty or blank ones leave the built-in.
 
-    An unset variable, an empty one and one of only whitespace (a shell
-    quoting slip) all leave the built-in default; whitespace around a value
-    is dropped.
-
-    Raises:
-        ModelInputError: A variable holds a value it cannot take.
+    Raises `ModelInputError` naming a variable that holds a value it cannot take.
     """
     mode, device, warn = (environ.get(name, "").strip() for name in VARIABLES)
     try:
@@ -107,19 +99,8 @@ SWITCH_WORDS |= {"0": False, "false": False, "no": False, "off": False}
 
 
 def parse_switch(name: str, text: str) -> bool | None:
-    """Read the yes/no variable `name` holding `text`: `None` when it is empty.
-
-    Raises:
-        ModelInputError: `text` is none of `SWITCH_WORDS`; the message names them.
-
-    Examples:
-        >>> from onnx_device_guard._policy import parse_switch
-        >>> parse_switch("ONNX_DEVICE_GUARD_WARN", " Off "), parse_switch("X", "")
-        (False, None)
-        >>> parse_switch("ONNX_DEVICE_GUARD_WARN", "maybe")
-        Traceback (most recent call last):
-        onnx_device_guard.ModelInputError: ONNX_DEVICE_GUARD_WARN='maybe' must be a yes/no ...
-    """
+    """Read the yes/no variable `name` holding `text` (`None` when empty), or raise
+    `ModelInputError` naming the `SWITCH_WORDS`."""
     word = text.strip().lower()
     if word and word not in SWITCH_WORDS:
         raise ModelInputError(
