@@ -74,8 +74,6 @@ birth_of = _RECORDS.get
 """`birth_of(session)`: its birth record, if it was born while observed (a load calls it often)."""
 
 
-# --- who owns a birth --------------------------------------------------------
-
 _LOAD: ContextVar[collecting | None] = ContextVar("onnx_device_guard_load", default=None)
 
 
@@ -192,8 +190,6 @@ def _pending_owner(load: collecting | None) -> Callable[[object], object] | None
     return None
 
 
-# --- the watch ----------------------------------------------------------------
-
 _WATCHES: list[SessionWatch] = []
 """The watches in force, oldest first: the oldest given options sets them (`run`'s takes none)."""
 
@@ -298,8 +294,6 @@ def watch_sessions(
     use()
     return watch
 
-
-# --- the hooks on onnxruntime ------------------------------------------------
 
 _LOCK = threading.RLock()
 _LOADS: list[None] = []
@@ -426,13 +420,6 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
             report_birth(birth)
 
 
-def born_elsewhere(since: int | None) -> list[object]:
-    """The sessions alive that were born outside every load since the birth number `since`."""
-    if since is None or not _ELSEWHERE:
-        return []
-    return [s for number, ref in list(_ELSEWHERE) if number > since and (s := ref()) is not None]
-
-
 def _record(session: Any, source: Any, sess_options: Any, providers: Any, options: Any) -> Birth:
     """Read what `session` was asked for (by the constructor's arguments), and what it got."""
     if isinstance(source, bytes):
@@ -443,6 +430,13 @@ def _record(session: Any, source: Any, sess_options: Any, providers: Any, option
         providers = _ADDED.get(sess_options, providers)
     got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
     return Birth(file, *_asked(file, providers, options, got), got, number=next(_NUMBERS))
+
+
+def born_elsewhere(since: int | None) -> list[object]:
+    """The sessions alive that were born outside every load since the birth number `since`."""
+    if since is None or not _ELSEWHERE:
+        return []
+    return [s for number, ref in list(_ELSEWHERE) if number > since and (s := ref()) is not None]
 
 
 def _asked(
@@ -500,9 +494,6 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
     return result
 
 
-# --- reporting a birth on its own -------------------------------------------
-
-
 def why_dropped(provider: str) -> str:
     """Why onnxruntime may have dropped `provider`, as far as this process can tell."""
     try:
@@ -527,13 +518,12 @@ def report_birth(birth: Birth, raising: bool = True, settings: Resolved | None =
     with the `settings` of the load that follows it, else of the watch."""
     from ._alignment import plan_alignment, warn_at_caller
     from ._devices import as_device
-    from ._options import Resolved
+    from ._options import Resolved, Settings
     from ._policy import current_policy
 
-    used = settings
-    if used is None:  # the oldest watch given options sets them, over the policy in force
-        given = next((w._settings for w in _WATCHES if w._settings is not None), None)
-        used = current_policy() if given is None else given.over(current_policy())
+    # Else the oldest watch given options sets them, over the policy in force.
+    given = next((w._settings for w in _WATCHES if w._settings is not None), Settings())
+    used = settings or given.over(current_policy())
     provider = birth.asked[0]
     problem = (
         f"onnxruntime dropped {provider} for the session of {short_repr(birth.file, 200)}: "

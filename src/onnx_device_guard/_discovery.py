@@ -185,9 +185,6 @@ def where(model: object, name: str, value: object) -> tuple[str, object]:
     return name, model
 
 
-# --- discovery ---------------------------------------------------------------
-
-
 def is_session(value: object) -> bool:
     """Whether `value`'s type has callable `get_providers` and `run`, as a session does."""
     if (cls := type(value)) in _BUILT_IN or isinstance(value, _SCALARS):  # the usual values
@@ -298,9 +295,6 @@ def _layout(cls: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     if not isinstance(dict_descriptor, types.GetSetDescriptorType | types.MemberDescriptorType):
         dict_descriptor = None
     return dict_descriptor, tuple(slots)
-
-
-# --- the device attribute ----------------------------------------------------
 
 
 @dataclass(slots=True)

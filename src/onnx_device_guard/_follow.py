@@ -76,7 +76,7 @@ class _Followers(NamedTuple):
 _FOLLOWED: ObjectTable[_Followers] = ObjectTable()
 """The watches of each followed session."""
 _LOCK = threading.Lock()
-"""Guards `_FOLLOWED` and `_WARNED`; never held while user code runs."""
+"""Guards `_FOLLOWED`; never held while user code runs."""
 _WARNED: weakref.WeakSet[type] = weakref.WeakSet()
 """The model classes already warned about, held weakly."""
 _NOT_SESSIONS: weakref.WeakSet[type] = weakref.WeakSet()
@@ -235,11 +235,7 @@ def _snapshot(session: Any) -> tuple[Providers, object]:
 
 
 def _warn_once(seen: weakref.WeakSet[type], cls: type, message: str, level: int) -> None:
-    """Log `message` about `cls` at `level`, once per class."""
-    if cls in seen:  # read without the lock: the usual answer
-        return
-    with _LOCK:
-        if cls in seen:
-            return
+    """Log `message` about `cls` at `level`, once per class (twice, at worst, in a race)."""
+    if cls not in seen:
         seen.add(cls)
-    logger.log(level, message, cls.__qualname__)
+        logger.log(level, message, cls.__qualname__)

@@ -168,8 +168,6 @@ def guarded(wrapped: Any, *, options: GuardOptions) -> Any:
     return guarded_factory
 
 
-# --- guarding a class in place -------------------------------------------------
-
 _GUARD = "__onnx_device_guard_class__"
 """The attribute, in a guarded class's own `__dict__`, that holds its `_ClassGuard`."""
 

@@ -440,9 +440,6 @@ def _unusable(model: object, factory: object | None, detail: str) -> DeviceGuard
     return DeviceGuardError(describe(model, factory) + detail)
 
 
-# --- the devices a call asks for ---------------------------------------------
-
-
 Asked = list[tuple[torch.device, str]]
 """Devices asked for, each with where it came from, in the order they are checked."""
 

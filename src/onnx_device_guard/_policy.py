@@ -65,8 +65,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
-# --- the defaults beneath every scope -----------------------------------------
-
 VARIABLES = RESOLUTION_MODE, FALLBACK_DEVICE, WARN = (
     "ONNX_DEVICE_GUARD_RESOLUTION_MODE",
     "ONNX_DEVICE_GUARD_FALLBACK_DEVICE",
