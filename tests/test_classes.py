@@ -467,6 +467,21 @@ class TestOtherClassShapes:
 
         assert Model().device == "cpu"
 
+    def test_a_metaclass_with_its_own_call_is_refused(self) -> None:
+        """Its `__call__` may change the instance after `__init__`: the guard could be wrong."""
+
+        class Registering(type):
+            def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+                return super().__call__(*args, **kwargs)
+
+        class Model(metaclass=Registering):
+            def __init__(self) -> None:
+                self.session, self.device = cpu_session(), "cuda"
+
+        with pytest.raises(ModelInputError, match=r"metaclass .*Registering defines __call__"):
+            device_guard(Model)
+        assert Model().device == "cuda"  # left as it was
+
     def test_slots(self) -> None:
         """A class with __slots__ (no instance __dict__) is guarded."""
 

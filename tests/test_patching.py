@@ -813,10 +813,29 @@ class TestErrors:
         self, fake_package: FakePackage
     ) -> None:
         """Nothing is imported to check: the patch waits for the submodule's import."""
-        with patch(fake_package.target(".later:load")) as handle:
+        with patch(fake_package.target(".late:late_load")) as handle:
             assert handle.active
-            assert fake_package.module(".app").load().device == "cuda"
+            assert fake_package.name not in sys.modules
+            assert fake_package.module(".late").late_load().device == "cpu"
         assert not handle.active
+
+    def test_a_missing_submodule_of_a_package_not_imported_yet_is_refused(
+        self, fake_package: FakePackage
+    ) -> None:
+        """Found by path, importing nothing: a misspelt submodule would have waited forever.
+
+        Before: only the first part not imported was looked for, so `.later` (there is no
+        such module) made a patch that stayed active and never patched anything.
+        """
+        with pytest.raises(ModelInputError, match=r"\.later' is installed.*Did you mean 'late'"):
+            patch(fake_package.target(".later:load"))
+        with pytest.raises(ModelInputError, match=r"\.models\.deeper' is installed"):
+            patch(fake_package.target(".models.deeper:load"))  # a module holds no submodule
+        assert fake_package.name not in sys.modules
+
+    def test_a_misspelt_top_level_package_gets_a_hint(self) -> None:
+        with pytest.raises(ModelInputError, match="Did you mean 'onnxruntime'"):
+            patch("onnxruntim:InferenceSession")
 
     def test_not_a_factory(self, loaded_package: FakePackage) -> None:
         """A target that is neither function, class nor method is refused."""

@@ -17,7 +17,7 @@ import types
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib.machinery import ModuleSpec
+from importlib.machinery import ModuleSpec, PathFinder
 from typing import Any
 
 import wrapt
@@ -139,21 +139,27 @@ def patch(  # noqa: PLR0913 - one keyword per documented option
 def _check_installed(target: str, module: str) -> None:
     """Refuse a target whose module cannot be found, importing nothing: it would wait forever."""
     parts = module.split(".")
-    imported = next((d for d in range(len(parts), 0, -1) if ".".join(parts[:d]) in sys.modules), 0)
-    if imported == len(parts):
-        return
-    child = ".".join(parts[: imported + 1])
-    with contextlib.suppress(ImportError, ValueError):
-        if importlib.util.find_spec(child) is not None:
-            return
-    parent = sys.modules.get(".".join(parts[:imported]))
-    known = [info.name for info in pkgutil.iter_modules(getattr(parent, "__path__", None) or [])]
-    close = difflib.get_close_matches(parts[imported], known, 1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ModelInputError(
-        f"patch({target!r}): no module named {child!r} is installed, so the patch would "
-        f"wait for an import that never comes.{hint} Check the spelling, or install the package."
-    )
+    depth = next((d for d in range(len(parts), 0, -1) if ".".join(parts[:d]) in sys.modules), 0)
+    path = getattr(sys.modules.get(".".join(parts[:depth])), "__path__", None) if depth else None
+    for number in range(depth, len(parts)):  # the first with every finder, then by path
+        name, spec = ".".join(parts[: number + 1]), None
+        with contextlib.suppress(ImportError, ValueError):
+            spec = (
+                importlib.util.find_spec(name)
+                if number == depth
+                else PathFinder.find_spec(name, path or [])
+            )
+        if spec is None:
+            known = [info.name for info in pkgutil.iter_modules(path)]
+            close = difflib.get_close_matches(parts[number], known, 1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            unseen = "" if number == depth else " (or import its package first, if it makes it)"
+            raise ModelInputError(
+                f"patch({target!r}): no module named {name!r} is installed, so the patch would "
+                f"wait for an import that never comes.{hint} Check the spelling{unseen}, or "
+                "install the package."
+            )
+        path = spec.submodule_search_locations
 
 
 def _missing(module: types.ModuleType, path: str) -> str:
