@@ -41,6 +41,7 @@ from onnx_device_guard import (
 from onnx_device_guard._births import birth_of
 
 from .logs import recorded_logs
+from .sessions import GPUBuildSession
 
 CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 CPU = ["CPUExecutionProvider"]
@@ -1231,6 +1232,24 @@ class TestWhoOwnsABirth:
         assert len(fallbacks(caught)) == 1
         assert device_guard(follow=False)(lambda: Model())().to("cuda").device == "cuda"
         assert len(fallbacks(caught)) == 1  # follow=False aligns at load only
+
+    def test_a_later_session_is_checked_beside_those_of_the_load(self) -> None:
+        """A CPU session a method opens beside the load's GPU one runs there on purpose, and the
+        load's session, found by the search, is still followed after it."""
+
+        class Model:
+            def __init__(self, made: Any) -> None:
+                self.inner = types.SimpleNamespace(engine=types.SimpleNamespace(session=made))
+                self.device = "cuda"
+
+            def open_tokenizer(self) -> None:
+                self.tokenizer = session(CPU)
+
+        made = GPUBuildSession()
+        model = device_guard(resolution_mode="fail")(Model)(made)
+        model.open_tokenizer()  # before: checked alone against 'cuda', a false error
+        with pytest.raises(EnvironmentConfigurationError, match=r"inner\.engine\.session"):
+            made.set_providers(CPU)  # before: the search's session was no longer followed
 
     @pytest.mark.parametrize("held", ["partial", "closure", "class attribute"])
     def test_a_worker_threads_session_the_model_hides_is_reported(

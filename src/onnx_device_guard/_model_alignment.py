@@ -77,8 +77,8 @@ def align_model(
     else:
         if born:  # the load around it has them too; those it does not name go on their own
             pass_on(born, owned=not named, settings=load.made_with)
-        if collected is not None:  # born in a worker thread, and not found on the model
-            to_watch(born_elsewhere(collected.since), settings=load.made_with)
+        if collected is not None and (elsewhere := born_elsewhere(collected.since)):
+            to_watch(elsewhere, settings=load.made_with)  # in a worker thread, not found on it
     finally:  # the hooks an undo left to the loads in flight go once the last is aligned
         settle()
     return aligned
@@ -114,6 +114,8 @@ class Load:
     origin: Origin | None = None
     born: tuple[Callable[[], object], ...] = ()
     """The sessions born during the load, held weakly."""
+    later: tuple[Callable[[], object], ...] = ()
+    """The sessions its methods opened since, held weakly: checked beside the load's."""
     made_with: Resolved | None = None
     """The settings of the load, kept for its sessions born later and its providers' changes."""
     said: list[tuple[object, str]] | None = None
@@ -126,8 +128,8 @@ class Load:
     """The last fallback warned about for a session born later: the same again is DEBUG."""
 
     def born_later(self, model: object, session: object) -> torch.device | None:
-        """Align `model`, which had no session at its load, with all it opened since then."""
-        self.born = (*self.born, weakref.ref(session))
+        """Align `model` again, with the session one of its methods opened (and all since)."""
+        self.later = (*self.later, weakref.ref(session))
         return self.align(model, opened_later=True)
 
     def changed(self, model: object, *change: object) -> None:
@@ -226,6 +228,13 @@ class Load:
             found = ([*named, *(p for p in more if id(p[1]) not in known)], searched, unreached)
         else:  # no search: the sessions born in the load are its sessions
             found = (_named(model, born), (), ())
+        if self.later:  # and those its methods opened since, which it may not hold yet
+            known = {id(session) for _, session in found[0]}
+            later = [s for ref in self.later if (s := ref()) is not None and id(s) not in known]
+            found = (
+                [*found[0], *(p for p in _named(model, later) if id(p[1]) not in known)],
+                *found[1:],
+            )
         refuse = (born or not found[0]) and self.options.require_session is not False
         if refuse and (isinstance(model, (*_NEVER, Awaitable)) or type(model) in _BARE):
             never = ", which is no model object: it can hold no session or device of its own."
