@@ -17,6 +17,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
+from onnx import TensorProto, helper, numpy_helper
 
 from onnx_device_guard import ModelInputError
 from onnx_device_guard._doctor.capture import Captured, captured_output, clean_messages
@@ -933,6 +934,53 @@ class FakeGPUSession(FakeSession):
             raise self.error
 
 
+class RealErrorsOnGPU(FakeGPUSession):
+    """A CUDA session whose runs, bound or from host arrays, are a real CPU session's."""
+
+    def __init__(self, real: Any, made: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.real, self.made, self.errors = real, made, list[Exception]()
+
+    def run(self, outputs: object, feeds: dict[str, Any], run_options: Any = None) -> list[Any]:
+        self.host_runs += 1
+        return list(self.real.run(None, feeds))
+
+    def get_inputs(self) -> list[Any]:
+        return list(self.real.get_inputs())
+
+    def get_outputs(self) -> list[Any]:
+        return list(self.real.get_outputs())
+
+    def run_with_iobinding(self, binding: FakeBinding, run_options: Any = None) -> None:
+        names = [argument.name for argument in self.real.get_inputs()]
+        try:
+            self.real.run(None, {n: t.numpy() for n, t in zip(names, self.made, strict=True)})
+        except Exception as error:
+            self.errors.append(error)
+            raise
+
+
+def one_node(node: str, constant: np.ndarray[Any, Any]) -> Any:
+    """A real CPU session running `node` on x float[length] and `constant`."""
+    graph = helper.make_graph(
+        [helper.make_node(node, ["x", "c"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["length"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(constant, "c")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return onnxruntime.InferenceSession(model.SerializeToString(), providers=[CPU])
+
+
+def real_error(node: str) -> str:
+    """What onnxruntime raises for a Reshape of two values to seven, or an Add of 2 and 3."""
+    constant = np.array([7]) if node == "Reshape" else np.zeros(3, np.float32)
+    with pytest.raises(Exception, match="providers/cpu") as raised:
+        one_node(node, constant).run(None, {"x": np.zeros(2, np.float32)})
+    return str(raised.value)
+
+
 @pytest.fixture
 def inputs_on_cpu(monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
     """Make the doctor's CUDA inputs on CPU, so the IO-binding path runs without a GPU."""
@@ -1010,9 +1058,8 @@ class TestInference:
         check = run_inference(session, torch.device("cuda:0"))
 
         assert check.status == "failed"
-        assert check.detail.endswith(
-            "raised RuntimeError: no data transfer registered from CUDA to CPU"
-        )
+        assert "raised RuntimeError: no data transfer registered from CUDA to CPU;" in check.detail
+        assert session.host_runs == 1
 
     def test_operator_errors_on_the_gpu_are_inconclusive(
         self, inputs_on_cpu: list[torch.Tensor]
@@ -1037,6 +1084,55 @@ class TestInference:
         assert check.status == "failed"
         assert "through InferenceSession.run completed" in check.detail
         assert session.host_runs == 1
+
+    def test_the_models_own_errors_on_the_gpu_are_never_the_devices(
+        self, inputs_on_cpu: list[torch.Tensor]
+    ) -> None:
+        """onnxruntime's own Reshape error names .../core/providers/cpu/...: not the device's.
+
+        The model reshapes x to rows of 16; the bound run and the host run both refuse one
+        value, and the doctor goes on to 32, which runs (it was FAILED, exit 3, on "provider").
+        """
+        session = RealErrorsOnGPU(one_node("Reshape", np.array([-1, 16])), inputs_on_cpu)
+
+        check = run_inference(session, torch.device("cuda:0"))
+
+        assert "providers/cpu" in str(session.errors[0])
+        assert (check.status, check.attempts, session.host_runs) == ("ok", 2, 1)
+
+    @pytest.mark.parametrize("node", ["Reshape", "Add", "Relu"])
+    def test_an_input_error_naming_a_provider_or_a_node_is_the_inputs(
+        self, node: str, inputs_on_cpu: list[torch.Tensor]
+    ) -> None:
+        """onnxruntime's real Reshape and broadcast texts, and a node named '/relationship/..',
+        refused from CUDA tensors and from host arrays: inconclusive after every size, exit 4.
+        """
+        refused = RuntimeError(
+            real_error(node)
+            if node != "Relu"
+            else "Non-zero status code returned while "
+            "running Relu node. Name:'/relationship/Relu' Status Message: invalid dims"
+        )
+        session = FakeGPUSession(refused, host_error=refused)
+
+        check = run_inference(session, torch.device("cuda:0"))
+
+        assert check.status == "inconclusive"
+        assert session.host_runs == check.attempts
+
+    def test_a_cuda_failure_from_host_arrays_too_is_the_devices(
+        self, inputs_on_cpu: list[torch.Tensor]
+    ) -> None:
+        """Both runs fail with CUDA's own words (outside paths and names): the device, exit 3."""
+        session = FakeGPUSession(
+            RuntimeError("CUDA failure 700: an illegal memory access was encountered"),
+            RuntimeError("Name:'/a/Relu' Status Message: CUDA failure 700: illegal access"),
+        )
+
+        check = run_inference(session, torch.device("cuda:0"))
+
+        assert (check.status, check.attempts) == ("failed", 1)
+        assert "from host memory it raised RuntimeError:" in check.detail
 
     @needs_cpu_only_torch
     def test_cuda_tensors_without_cuda_fail_cleanly(self, real_cpu_session: Any) -> None:

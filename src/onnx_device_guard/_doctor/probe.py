@@ -58,11 +58,12 @@ MIB = 2**20
 # Add-ons named "onnxruntime-*" that do not hold the onnxruntime module.
 _ADD_ONS = ("extensions", "genai", "tools", "ep-")
 
-# Words in an inference error that put the blame on the device rather than the inputs.
+# Words that blame the device in an inference error without _NAMES (paths, C++ and node names).
 _DEVICE_ERROR = re.compile(
-    r"(?i)data transfer|cuda|cudnn|cublas|cufft|curand|hip\b|rocm|miopen|tensorrt|"
+    r"(?i)data transfer|cuda|cudnn|cublas|cufft|curand|\bhip\b|rocm|miopen|tensorrt|"
     r"device|memcpy|provider|\bEP\b|iobinding|io binding|bind"
 )
+_NAMES = re.compile(r"(?i)'[^'\s]*'|\"[^\"\s]*\"|\S*(?:[/\\]|::)\S*|\b(?:in|out)put:\s*\S+")
 
 
 @dataclass(frozen=True)
@@ -432,12 +433,13 @@ class _Run:
             said = f"raised {_describe(error)}"
             if self.device.type != "cuda":
                 return "input", said
-            if _DEVICE_ERROR.search(one_line(error, 100_000)):
-                return "device", said
         try:  # the same inputs from host memory: does the model itself refuse them?
             self.run_numpy(specs, tensors)
-        except Exception:
-            return "input", said
+        except Exception as error:  # the device only if this error names it, too
+            again = f"raised {_describe(error)}"
+            if _DEVICE_ERROR.search(_NAMES.sub(" ", one_line(error, 100_000))):
+                return "device", said if again == said else f"{said}; from host memory it {again}"
+            return "input", again
         return "device", (
             f"{said}; the same inputs as NumPy arrays through InferenceSession.run completed, "
             f"so the session cannot read torch's tensors on {self.device}"
@@ -466,9 +468,7 @@ class _Run:
 
     def run_numpy(self, specs: Sequence[InputSpec], tensors: Sequence[torch.Tensor]) -> None:
         """Run the session from host copies of `tensors`."""
-        feeds = {
-            spec.name: tensor.cpu().numpy() for spec, tensor in zip(specs, tensors, strict=True)
-        }
+        feeds = {s.name: t.cpu().numpy() for s, t in zip(specs, tensors, strict=True)}
         self.session.run(None, feeds, self.options)
 
     def inconclusive(
