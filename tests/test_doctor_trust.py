@@ -111,6 +111,60 @@ class TestVerdicts:
         assert "own operators" not in json.dumps(report)
 
     @pytest.mark.parametrize(
+        "element",
+        [TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64],
+        ids=["u16", "u32", "u64"],
+    )
+    def test_unsigned_inputs_run(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], element: int
+    ) -> None:
+        """uint16, uint32 and uint64, which NumPy has, are built and run, given or searched."""
+        model = doctor_models.static_input(tmp_path / "m.onnx", ["n", 3], element)
+        name = TensorProto.DataType.Name(element).lower()
+
+        code, given = doctor_json(capsys, str(model), "--device", "cpu", "--input", "x=1x3:1")
+        searched = doctor_json(capsys, str(model), "--device", "cpu")[1]
+
+        assert code == 0
+        assert given["inference"] == {
+            "status": "ok",
+            "detail": f"InferenceSession.run on cpu with x {name}[1,3]=1",
+            "inputs": [],
+            "attempts": 1,
+        }
+        assert searched["inference"]["status"] == "ok"
+
+    def test_an_unsigned_value_below_0_is_bad_input(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """-1 in a uint32 would wrap round to 4294967295: refused, exit 2."""
+        model = doctor_models.static_input(tmp_path / "m.onnx", [1], TensorProto.UINT32)
+
+        code = main(["doctor", str(model), "--device", "cpu", "--input", "x=1:-1"])
+
+        assert code == 2
+        assert "holds uint32, which cannot hold -1" in capsys.readouterr().err
+
+    @pytest.mark.parametrize(
+        ("element", "reason"),
+        [
+            (TensorProto.BFLOAT16, "NumPy has no such type"),
+            (TensorProto.STRING, "it makes only real numbers and booleans"),
+        ],
+        ids=["bfloat16", "string"],
+    )
+    def test_an_input_that_cannot_be_made_says_the_true_reason(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], element: int, reason: str
+    ) -> None:
+        """NumPy lacks bfloat16 but has strings: the doctor says which is why it skips."""
+        model = doctor_models.static_input(tmp_path / "m.onnx", [1], element)
+
+        code, report = doctor_json(capsys, str(model), "--device", "cpu")
+
+        assert code == 0
+        assert report["inference"]["detail"].endswith(f"({reason}); the device answer stands")
+
+    @pytest.mark.parametrize(
         ("element", "value"),
         [(TensorProto.FLOAT, "1e39"), (TensorProto.INT64, str(2**63)), (TensorProto.INT64, "0.5")],
         ids=["float32-overflow", "int64-overflow", "int64-fraction"],

@@ -98,15 +98,14 @@ def read_model_file(path: Path) -> ModelBytes:
         descriptor = os.open(path, _OPEN_FLAGS)
         try:
             status = os.fstat(descriptor)
-            mode = status.st_mode
-            if stat.S_ISREG(mode) and status.st_size > PROTOBUF_LIMIT:
+            if stat.S_ISREG(status.st_mode) and status.st_size > PROTOBUF_LIMIT:
                 raise ModelInputError(
                     f"'{shown}' is {status.st_size / 2**30:.1f} GiB, over the 2 GiB an ONNX "
                     "model file (a protobuf) can hold; keep the weights as external data"
                 )
-            if stat.S_ISDIR(mode):
+            if stat.S_ISDIR(status.st_mode):
                 raise ModelInputError(f"'{shown}' is a directory, not an ONNX model file")
-            if not stat.S_ISREG(mode):
+            if not stat.S_ISREG(status.st_mode):
                 raise ModelInputError(
                     f"'{shown}' is not a regular file (a FIFO, socket or device); "
                     "give the path of an ONNX model file"
@@ -118,12 +117,8 @@ def read_model_file(path: Path) -> ModelBytes:
         raise ModelInputError(file_problem(path, error)) from None
     if not content:
         raise ModelInputError(f"model file '{shown}' is empty, not an ONNX model")
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        folder.encode("utf-8")
-    except UnicodeEncodeError:
-        return ModelBytes(content, None)
-    return ModelBytes(content, folder)
+    folder = os.path.dirname(os.path.abspath(path))  # undecodable bytes are lone surrogates
+    return ModelBytes(content, None if any("\ud800" <= c <= "\udfff" for c in folder) else folder)
 
 
 def is_directory(path: Path) -> bool:

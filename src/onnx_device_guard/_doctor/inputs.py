@@ -21,11 +21,12 @@ DEFAULT_MAX_INPUT_MIB = 256
 
 _TORCH_DTYPES: Mapping[str, torch.dtype] = {
     f"tensor({name})": getattr(torch, name)
-    for name in "float double float16 int8 int16 int32 int64 uint8 bool".split()  # noqa: SIM905
+    for name in ["float", "double", "float16", "bool"]
+    + [f"{sign}int{bits}" for sign in ("", "u") for bits in (8, 16, 32, 64)]
 }
 """onnxruntime's input types the doctor can build and hand over, named as torch names them.
 
-Not bfloat16: NumPy, through which `InferenceSession.run` takes its inputs, has no such type.
+Not bfloat16 nor float8: NumPy, through which `InferenceSession.run` takes its inputs, lacks them.
 """
 
 Number = int | float | bool
@@ -106,9 +107,12 @@ def declared_inputs(session: Any) -> tuple[ModelInput, ...]:
     for argument in session.get_inputs():
         dtype = _TORCH_DTYPES.get(argument.type)
         if dtype is None:
+            element = str(argument.type).removeprefix("tensor(").removesuffix(")")
+            lacks = element.isalnum() and element not in ("string", "complex64", "complex128")
+            why = "NumPy has no such type" if lacks else "it makes only real numbers and booleans"
             raise UnbuildableInputError(
                 f"input {argument.name!r} has type {argument.type}, which the doctor cannot "
-                "hand to onnxruntime (NumPy has no such type); the device answer stands"
+                f"hand to onnxruntime ({why}); the device answer stands"
             )
         dims = tuple(
             dim if (isinstance(dim, int) and dim >= 0) or (isinstance(dim, str) and dim) else None
