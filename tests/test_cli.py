@@ -370,9 +370,20 @@ class TestStandardOutput:
         code = main(["doctor", "--device", "cpu"])
 
         assert code == 2
-        assert_one_line(
-            capsys.readouterr().err, "cannot write the report to stdout: No space left on device"
+        assert capsys.readouterr().err == (
+            f"{PREFIX}cannot write the report to stdout: No space left on device\n"
         )
+
+    def test_a_closed_stdout_is_a_write_error(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`>&-` (Python's stdout is None): one line, one space after 'error:', exit 2."""
+        monkeypatch.setattr(sys, "stdout", None)
+
+        code = main(["doctor", "--device", "cpu"])
+
+        assert code == 2
+        assert capsys.readouterr().err == f"{PREFIX}cannot write the report: stdout is closed\n"
 
     def test_a_non_ascii_path_on_an_ascii_terminal(
         self, tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch

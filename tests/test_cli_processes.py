@@ -57,8 +57,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     commands = {
         "module": f"'{sys.executable}' -m onnx_device_guard doctor --device cpu",
         "stderr-closed": f"{doctor} '{missing}' 2>&-",
+        "stdout-closed": f"{doctor} >&-",
     }
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         futures: Runs = {name: pool.submit(_shell, line) for name, line in commands.items()}
         futures["closed-stdout"] = pool.submit(_closed_stdout)
         yield futures
@@ -77,6 +78,15 @@ class TestProcess:
         done = runs["closed-stdout"].result()
 
         assert (done.returncode, done.stderr) == (141, "")
+
+    def test_a_closed_stdout_is_a_write_error_not_a_broken_pipe(self, runs: Runs) -> None:
+        """`>&-`: a write error, as `cat` gives one: one line on stderr and exit 2, not 141."""
+        done = runs["stdout-closed"].result()
+
+        assert (done.returncode, done.stderr) == (
+            2,
+            "onnx-device-guard doctor: error: cannot write the report: stdout is closed\n",
+        )
 
     def test_with_stderr_closed_the_error_does_not_go_to_stdout(self, runs: Runs) -> None:
         """`2>&-`: exit 2, and stdout stays empty."""

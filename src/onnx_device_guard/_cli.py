@@ -44,7 +44,7 @@ exit status:
     4  inconclusive: the test inference could not run with the inputs tried, or did not
        end within --timeout (the report says which option helps)
   130  interrupted (Ctrl-C)
-  141  stdout was closed before the report was written (as in `doctor | head -0`)
+  141  the reader of stdout went away (a broken pipe, as in `doctor | head -0`)
 """
 
 DOCTOR_DESCRIPTION = """\

@@ -117,7 +117,7 @@ def write_out(text: str) -> None:
     Then stdout points at /dev/null, so that Python's flush at exit has nothing to complain of.
     """
     if sys.stdout is None:
-        say_error(f"{PREFIX} cannot write the report: stdout is closed")
+        say_error(f"{PREFIX}cannot write the report: stdout is closed")
         raise OutputError(2)
     try:
         sys.stdout.write(text)
@@ -130,7 +130,7 @@ def write_out(text: str) -> None:
         if isinstance(error, BrokenPipeError):
             raise OutputError(PIPE_CLOSED) from None
         reason = error.strerror or type(error).__name__
-        say_error(f"{PREFIX} cannot write the report to stdout: {reason}")
+        say_error(f"{PREFIX}cannot write the report to stdout: {reason}")
         raise OutputError(2) from None
 
 
