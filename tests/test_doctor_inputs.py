@@ -264,6 +264,54 @@ class TestDimOption:
         )
 
 
+class TestRepeatedOptions:
+    @pytest.mark.parametrize(
+        ("argv", "error"),
+        [
+            (["--input", "x=1x4", "--input", "x=2x4"], "--input gives 'x' two different values"),
+            (["--dim", "length=3", "--dim", "length=4"], "--dim gives 'length' two"),
+            (
+                ["--providers", "CUDAExecutionProvider:device_id=1,device_id=2"],
+                "--providers 'CUDAExecutionProvider:device_id=1,device_id=2' gives 'device_id' two",
+            ),
+        ],
+        ids=["input", "dim", "provider-option"],
+    )
+    def test_a_name_given_two_values_is_bad_input(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], error: str
+    ) -> None:
+        """Not the last one silently: exit 2 before anything runs, one line naming it."""
+        model = str(doctor_models.seven_samples(tmp_path / "m.onnx"))
+
+        assert main(["doctor", model, "--device", "cpu", *argv]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.startswith(f"onnx-device-guard doctor: error: {error}")
+        assert captured.err.endswith("; give it once\n")
+        assert captured.err.count("\n") == 1
+
+    def test_the_same_value_twice_is_taken_once(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--dim length=7 twice, and an --input written two ways with one meaning, are one."""
+        model = str(doctor_models.seven_samples(tmp_path / "m.onnx"))
+
+        code, report = doctor_json(
+            capsys,
+            model,
+            "--dim",
+            "length=7",
+            "--dim",
+            "length=7",
+            "--input",
+            "x=7",
+            "--input",
+            "x = 7",
+        )
+
+        assert (code, report["verdict"]) == (0, "ok")
+
+
 class TestNoInference:
     def test_answers_the_device_question_alone(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]

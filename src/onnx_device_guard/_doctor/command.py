@@ -10,6 +10,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -44,6 +45,7 @@ from .terminal import (
     write_out,
 )
 
+V = TypeVar("V")
 Target = Path | ModelError | None
 """A model to check: a file, a path already known to be bad, or `None` for the tiny model."""
 
@@ -91,8 +93,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
     device = None if args.device is None else parse_device(args.device)
     providers = None if args.providers is None else list(map(parse_provider, args.providers))
     options = InferenceOptions(
-        overrides={override.name: override for override in map(parse_input_option, args.input)},
-        dims=dict(map(parse_dim_option, args.dim)),
+        overrides=once("--input", [(o.name, o) for o in map(parse_input_option, args.input)]),
+        dims=once("--dim", list(map(parse_dim_option, args.dim))),
         max_bytes=(args.max_input_mib or DEFAULT_MAX_INPUT_MIB) * MIB,
         run=not args.no_inference,
         timeout=args.timeout,
@@ -143,15 +145,13 @@ def parse_provider(text: str) -> ProviderSpec:
         )
     if not name:
         raise ModelInputError(f"--providers {text!r} has no provider name before ':'")
-    options: dict[str, str] = {}
-    for pair in filter(None, (part.strip() for part in rest.split(","))):
-        key, equals, value = pair.partition("=")
-        if not equals or not key.strip():
-            raise ModelInputError(
-                f"--providers {text!r}: provider options must be KEY=VALUE pairs separated "
-                "by commas, as in CUDAExecutionProvider:device_id=1"
-            )
-        options[key.strip()] = value.strip()
+    pairs = [pair.partition("=") for pair in filter(None, map(str.strip, rest.split(",")))]
+    if any(not equals or not key.strip() for key, equals, _ in pairs):
+        raise ModelInputError(
+            f"--providers {text!r}: provider options must be KEY=VALUE pairs separated "
+            "by commas, as in CUDAExecutionProvider:device_id=1"
+        )
+    options = once(f"--providers {text!r}", [(k.strip(), v.strip()) for k, _, v in pairs])
     if "device_id" in options and name in CPU_ONLY_PROVIDERS:
         raise ModelInputError(
             f"--providers {text!r}: {name} runs on no device of its own and takes no "
@@ -160,16 +160,23 @@ def parse_provider(text: str) -> ProviderSpec:
     return name, options
 
 
+def once(option: str, pairs: list[tuple[str, V]]) -> dict[str, V]:
+    """`pairs` by name; raise `ModelInputError` for a name given two different values."""
+    found: dict[str, V] = {}
+    for name, value in pairs:
+        if found.setdefault(name, value) != value:
+            raise ModelInputError(f"{option} gives {name!r} two different values; give it once")
+    return found
+
+
 def check_names(plan: Plan) -> None:
     """Raise `ModelInputError` for an `--input` or `--dim` that does not fit the models."""
     inputs: dict[str, None] = {}  # in declaration order, each once
     dims: dict[str, None] = {}
     read_any = False
     for target in plan.targets:
-        if isinstance(target, ModelError):
-            continue
-        declared = model_inputs(plan.check.ort, target)
-        if declared is None:  # the model's own check says why
+        declared = None if isinstance(target, ModelError) else model_inputs(plan.check.ort, target)
+        if declared is None or isinstance(target, ModelError):  # the model's own check says why
             continue
         read_any = True
         label = TINY_MODEL if target is None else display_path(target)

@@ -218,9 +218,7 @@ def _not_in_build(name: str, facts: Facts) -> Finding:
     elif wanted is None:
         fix = f"Install an onnxruntime build that includes {name}, or leave it out."
     else:
-        uninstall = (
-            f"pip uninstall -y {_owners(facts)} && " if facts.environment.module_owners else ""
-        )
+        uninstall = f"pip uninstall -y {owners} && " if (owners := _owners(facts)) else ""
         alone = " (exactly one onnxruntime package, none beside it)"
         fix = f"Install the onnxruntime build that has it: `{uninstall}pip install {wanted}`"
         fix += f"{alone if wanted == 'onnxruntime-gpu' else ''}."

@@ -6,7 +6,7 @@ import contextlib
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -78,7 +78,7 @@ class InputOverride:
     name: str
     shape: tuple[int, ...] | None
     value: Number | None
-    text: str
+    text: str = field(compare=False)
 
 
 @dataclass(frozen=True)

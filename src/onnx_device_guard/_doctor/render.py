@@ -186,20 +186,16 @@ def _machine_rows(env: Environment) -> list[tuple[str, str]]:
     )
     if len(env.module_owners) > 1:
         installed += "  <- more than one onnxruntime"
+    visible = "(not set)" if env.cuda_visible_devices is None else repr(env.cuda_visible_devices)
+    built += f", CUDA devices visible: {env.torch_cuda_device_count}"
     return [
         ("onnx-device-guard", f"{env.onnx_device_guard_version}, Python {env.python}"),
-        (
-            "torch",
-            f"{env.torch_version} {built}, CUDA devices visible: {env.torch_cuda_device_count}",
-        ),
+        ("torch", f"{env.torch_version} {built}"),
         ("onnxruntime", env.onnxruntime_version + ort_built),
         ("installed", installed or "(pip lists no onnxruntime distribution)"),
         ("available providers", ", ".join(env.available_providers)),
         ("GPUs", ", ".join(env.gpus) or "none (nvidia-smi lists none, or is not installed)"),
-        (
-            "CUDA_VISIBLE_DEVICES",
-            "(not set)" if env.cuda_visible_devices is None else repr(env.cuda_visible_devices),
-        ),
+        ("CUDA_VISIBLE_DEVICES", visible),
         *[("CUDA libraries loaded", ", ".join(env.cuda_libraries_loaded))]
         * bool(env.cuda_libraries_loaded),
     ]
