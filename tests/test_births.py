@@ -12,6 +12,8 @@ import functools
 import gc
 import importlib
 import itertools
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -378,6 +380,86 @@ class TestRunCommand:
         assert bad.returncode == 2
         assert "gpu0" in bad.stderr
         assert bad.stderr.count("\n") == 1
+
+    def test_a_probe_for_onnxruntime_keeps_the_watch(self, tmp_path: Path) -> None:
+        """`importlib.util.find_spec("onnxruntime")` (an "is it installed?" check) first.
+
+        Before: the probe took the spec whose loader starts the watch, and the import that
+        followed ran unwatched: no report, and `--strict` exited 0.
+        """
+        self.SCRIPT = "import importlib.util\nimportlib.util.find_spec('onnxruntime')\n" + (
+            self.SCRIPT
+        )
+        done = self.run(tmp_path, "--strict")
+        assert "EnvironmentConfigurationError" in done.stderr
+        assert done.returncode == 1
+
+    def test_a_python_without_the_package_is_told_so(self, tmp_path: Path) -> None:
+        """A program whose Python cannot import onnx_device_guard: said, its import kept;
+        `--strict` refuses the import. Before: `import onnxruntime` itself failed."""
+        hidden = tmp_path / "hidden"  # a sitecustomize that hides the package, as another venv
+        hidden.mkdir()
+        (hidden / "sitecustomize.py").write_text(  # in the program only, where run's finder is
+            "import sys\n"
+            "if any(type(f).__name__ == '_WatchOnImport' for f in sys.meta_path):\n"
+            "    sys.modules['onnx_device_guard'] = None\n"
+        )
+        script = tmp_path / "plain.py"
+        script.write_text("import onnxruntime\nprint('imported')\n")
+        command = [sys.executable, "-m", "onnx_device_guard", "run"]
+        path = os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))
+        environ = {**os.environ, "PYTHONPATH": path}
+        for options, status in (((), 0), (("--strict",), 1)):
+            done = subprocess.run(
+                [*command, *options, "--", sys.executable, str(script)],
+                capture_output=True,
+                text=True,
+                check=False,
+                env=environ,
+            )
+            assert done.returncode == status, done.stderr
+            assert "cannot import onnx_device_guard" in done.stderr
+            assert ("imported" in done.stdout) is (status == 0)
+
+    def test_the_programs_own_sitecustomize_is_the_one_imported(self, tmp_path: Path) -> None:
+        """It runs, and `import sitecustomize` gives it, not run's (which it gave before)."""
+        own = tmp_path / "own"
+        own.mkdir()
+        (own / "sitecustomize.py").write_text("SENTINEL = 42\n")
+        script = tmp_path / "app.py"
+        script.write_text("import sitecustomize\nprint(sitecustomize.SENTINEL)\n")
+        path = os.pathsep.join(filter(None, [str(own), os.environ.get("PYTHONPATH")]))
+        done = subprocess.run(
+            [sys.executable, "-m", "onnx_device_guard", "run", "--", sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        assert done.stdout == "42\n", done.stderr
+
+    def test_a_program_that_cannot_be_run(self, tmp_path: Path) -> None:
+        """126 for a program found but not runnable, 127 for none: as a shell says it."""
+        script = tmp_path / "app.py"
+        script.write_text("print('ran')\n")
+        command = [sys.executable, "-m", "onnx_device_guard", "run", "--"]
+        found = subprocess.run([*command, str(script)], capture_output=True, check=False)
+        missing = subprocess.run([*command, str(tmp_path / "no")], capture_output=True, check=False)
+        assert (found.returncode, missing.returncode) == (126, 127)
+
+    def test_the_usual_fallback_devices_are_read_without_torch(self, tmp_path: Path) -> None:
+        """`run --fallback-device cuda:1` starts the program without importing torch first."""
+        script = tmp_path / "app.py"
+        script.write_text("print('ran')\n")
+        command = [sys.executable, "-X", "importtime", "-m", "onnx_device_guard", "run"]
+        done = subprocess.run(
+            [*command, "--fallback-device", "cuda:1", "--", sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.stdout == "ran\n"
+        assert re.search(r"\| +torch$", done.stderr, re.MULTILINE) is None
 
     @pytest.mark.parametrize("flag", ["-I", "-E", "-S", "-sE"])
     def test_a_python_that_skips_the_watch_is_told_so(self, tmp_path: Path, flag: str) -> None:

@@ -23,7 +23,7 @@ from onnx_device_guard._guard import unguard_class
 
 from .guarded_classes import GuardedModel, LateSessionModel
 from .logs import recorded_logs
-from .sessions import FakeSession, cpu_session, cuda_session
+from .sessions import FakeSession, GPUSession, cpu_session, cuda_session
 
 CPU = torch.device("cpu")
 
@@ -466,6 +466,23 @@ class TestOtherClassShapes:
                 self.session, self.device = cpu_session(), "cuda"
 
         assert Model().device == "cpu"
+
+    def test_a_session_replaced_in_the_subclass_is_the_one_checked(self) -> None:
+        """The base's session, born in the load and let go of by the subclass, is not the
+        model's. Before: the load held it, so the two "ran on different GPUs" and the model
+        fell back to the CPU although its only session runs on the GPU it asked for."""
+
+        @device_guard
+        class Recognizer:
+            def __init__(self, device: str = "cuda:0") -> None:
+                self.session, self.device = GPUSession(device_id=0), device
+
+        class Tuned(Recognizer):
+            def __init__(self) -> None:
+                super().__init__("cuda:1")
+                self.session = GPUSession(device_id=1)
+
+        assert Tuned().device == "cuda:1"
 
     def test_a_metaclass_with_its_own_call_is_refused(self) -> None:
         """Its `__call__` may change the instance after `__init__`: the guard could be wrong."""

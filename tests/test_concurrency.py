@@ -34,7 +34,9 @@ from onnx_device_guard._policy import current_policy
 
 from .helpers import no_scope_left
 from .logs import recorded_logs
-from .sessions import cpu_session, cuda_session
+from .sessions import CPU as CPU_NAME
+from .sessions import CUDA as CUDA_NAME
+from .sessions import GPUSession, cpu_session, cuda_session
 
 THREADS = 8
 ROUNDS_PER_THREAD = 300
@@ -425,3 +427,62 @@ class TestReentrancy:
             (5, "fallback", "meta"),
         ]
         assert default_policy_fields() == DEFAULTS
+
+
+class TestProviderChangesInAnotherThread:
+    """A session another thread is changing is read once it is rebuilt, and its change wins."""
+
+    def test_a_session_being_rebuilt_is_read_once_rebuilt(self) -> None:
+        """onnxruntime's `set_providers` reads `None` providers meanwhile: the load waits.
+
+        Before: the load raised ModelInputError ("must return a list ... got NoneType None").
+        """
+        rebuilding, resume = threading.Event(), threading.Event()
+
+        class SlowReset(GPUSession):
+            def _create_inference_session(self, *args: Any, **kwargs: Any) -> None:
+                if rebuilding.is_set():  # the set_providers below: held half-way
+                    resume.wait(5)
+                super()._create_inference_session(*args, **kwargs)
+
+        session = SlowReset(device_id=1)
+        @device_guard(warn=False)
+        def load() -> Model:
+            return Model(session, "cuda:1")
+
+        load()  # the hooks are in place before the change starts
+        rebuilding.set()
+        changer = threading.Thread(target=session.set_providers, args=([CPU_NAME],))
+        changer.start()
+        while session.get_providers() is not None:  # until it is half-way
+            threading.Event().wait(0.001)
+        threading.Timer(0.2, resume.set).start()
+        assert load().device == "cpu"  # read once rebuilt: the CPU only
+        changer.join()
+
+    def test_a_change_during_the_loads_write_is_not_undone_by_it(self) -> None:
+        """A change whose own alignment ran before the load wrote its stale device: the load
+        looks again. Before: the model kept the load's 'cuda:0' with its session on GPU 1."""
+        session = GPUSession(device_id=0)
+
+        class Slow:
+            def __init__(self) -> None:
+                self.session, self._where = session, torch.device("cuda:1")
+
+            @property
+            def device(self) -> torch.device:
+                return self._where
+
+            @device.setter
+            def device(self, value: torch.device) -> None:
+                if value == torch.device("cuda:0"):  # the load's write: another thread changes
+                    mover = threading.Thread(
+                        target=session.set_providers,
+                        args=([CUDA_NAME, CPU_NAME], [{"device_id": 1}, {}]),
+                    )
+                    mover.start()
+                    mover.join()
+                self._where = value
+
+        model = device_guard(warn=False)(Slow)()
+        assert model.device == torch.device("cuda:1")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import EnvironmentConfigurationError
 from ._follow import followers_of, following, on_set_providers
 from ._messages import ObjectTable, error_text, logger, short_repr
-from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, parse_device_id
+from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, RESETTING, parse_device_id
 
 if TYPE_CHECKING:
     from ._options import Resolved, Settings
@@ -469,6 +469,7 @@ def _asked(
 def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any:
     """`InferenceSession.set_providers`, wrapped: its birth record says what it asks for now,
     before the models following it are aligned again; a drop no model reports is the watch's."""
+    wrapped = functools.partial(_rebuilding, wrapped, session)
     birth = birth_of(session)
     if birth is None:
         return on_set_providers(wrapped, session, args, kwargs)
@@ -492,6 +493,14 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
     watches = followers.watches.values() if followers is not None else ()
     to_watch([session], settings=next((w.settings for w in watches if w.model()), None))
     return result
+
+
+def _rebuilding(wrapped: Any, session: Any, *args: Any, **kwargs: Any) -> Any:
+    """onnxruntime's `set_providers`, while readers of the session's providers wait for it."""
+    if (lock := RESETTING.get(session)) is None:
+        RESETTING.set(session, lock := threading.Lock())
+    with lock:
+        return wrapped(*args, **kwargs)
 
 
 def why_dropped(provider: str) -> str:

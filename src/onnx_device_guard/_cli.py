@@ -254,20 +254,24 @@ def _run(args: argparse.Namespace) -> int:
     if args.no_warn:
         environ["ONNX_DEVICE_GUARD_WARN"] = "0"
     if args.fallback_device is not None:
-        from ._devices import as_device
-        from ._errors import ModelInputError
+        # The usual devices are read here; torch (seconds to import) reads any other.
+        if not re.fullmatch(
+            r"cpu|meta|mps|cuda(:(1[01]\d|12[0-7]|[1-9]?\d))?", args.fallback_device
+        ):
+            from ._devices import as_device
+            from ._errors import ModelInputError
 
-        try:
-            as_device(args.fallback_device, "--fallback-device")
-        except ModelInputError as error:
-            say_error(f"{PROG} run: error: {error.message}")
-            return 2
+            try:
+                as_device(args.fallback_device, "--fallback-device")
+            except ModelInputError as error:
+                say_error(f"{PROG} run: error: {error.message}")
+                return 2
         environ["ONNX_DEVICE_GUARD_FALLBACK_DEVICE"] = args.fallback_device
     try:
         os.execvpe(program[0], program, environ)
-    except OSError as error:
+    except OSError as error:  # as a shell says it: 127 not found, 126 found but not run
         say_error(f"{PROG} run: error: cannot run {program[0]!r}: {error.strerror}")
-        return 127
+        return 127 if isinstance(error, FileNotFoundError) else 126
 
 
 def _startup_skipping(program: list[str]) -> str | None:

@@ -43,7 +43,7 @@ from ._discovery import (
     sessions_among,
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError, in_context
-from ._follow import Origin, watch
+from ._follow import CHANGES, Origin, watch
 from ._messages import MISSING, error_text, logger, short_repr
 from ._options import (
     DeviceMismatchResolutionMode,
@@ -64,12 +64,18 @@ def align_model(
     """Align `model` with its sessions (`collected` in the `load`); `None` for one with none yet."""
     named = load.options.session_attr is not None
     born = None if collected is None else collected.born
+    if born:  # held weakly from now: one the load made and let go of is not the model's
+        refs, born[:] = list(map(weakref.ref, born)), ()
+        born = [session for ref in refs if (session := ref()) is not None]
     if (around := collected or open_load()) is not None:  # `realign` in a load: part of it
         load.heard, load.since = around.heard, around.since
     if born and not named:
-        load.born = tuple(map(weakref.ref, born))  # recorded at birth, so weakly referenced
+        load.born = tuple(map(weakref.ref, born))
+    changes = CHANGES[0]  # before any provider is read
     try:
         aligned = load.align(model)
+        if CHANGES[0] != changes:  # a change's own alignment may have raced the write: again
+            aligned = load.align(model, followed=True)
     except BaseException:
         if born:  # no model aligned: its sessions are the watch's (but those its error reports)
             to_watch(born, raising=False)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import operator
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._errors import ModelInputError
-from ._messages import error_text, logger, short_repr, typed_repr
+from ._messages import ObjectTable, error_text, logger, short_repr, typed_repr
 
 MAX_DEVICE_INDEX = 127
 """The largest device index torch keeps as it is: it stores one in a signed byte."""
@@ -34,6 +35,11 @@ Examples:
 """
 
 
+RESETTING: ObjectTable[threading.Lock] = ObjectTable()
+"""Each session's lock, held by `set_providers` while it rebuilds the session (whose providers
+read `None` meanwhile), and by a reader that found them `None`."""
+
+
 def require_session(session: object) -> Callable[[], object]:
     """Return `session.get_providers`, or raise `ModelInputError` if it has none."""
     try:
@@ -53,6 +59,9 @@ def effective_providers(session: object) -> tuple[str, ...]:
     get_providers = require_session(session)
     try:
         providers: Any = get_providers()
+        if providers is None and (lock := RESETTING.get(session)) is not None:
+            with lock:  # another thread's set_providers is rebuilding it: read it once built
+                providers = get_providers()
     except Exception as error:
         raise _broken("session.get_providers()", error) from error
     if type(providers) is not list:  # a list is onnxruntime's own answer

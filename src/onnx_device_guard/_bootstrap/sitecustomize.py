@@ -8,21 +8,49 @@ program imports onnxruntime, with the options `run` passed through the
 it has one, runs as it would have.
 """
 
+import _thread
 import os
 import sys
 from typing import Any
 
 
+def _watch() -> None:
+    """Start the watch; a Python without the package says so (and `--strict` refuses)."""
+    try:
+        from onnx_device_guard._births import watch_sessions
+    except ImportError as error:
+        text = (
+            f"onnx-device-guard run: {sys.executable} cannot import onnx_device_guard ({error}), "
+            "so this program's onnxruntime sessions are not watched. Install onnx-device-guard "
+            "in the environment of this Python."
+        )
+        if os.environ.get("ONNX_DEVICE_GUARD_RESOLUTION_MODE", "").strip() == "fail":
+            raise ImportError(text) from error  # --strict: no onnxruntime goes unwatched
+        sys.stderr.write(text + "\n")
+        return
+    watch_sessions()
+
+
 class _WatchOnImport:
-    """A finder that answers for onnxruntime once, so the watch starts after its import."""
+    """A finder that answers for onnxruntime until it is imported, so the watch starts after.
+
+    Every spec it gives has its loader patched, as a probe (`importlib.util.find_spec`)
+    throws its spec away; it leaves `sys.meta_path` once onnxruntime has run.
+    """
+
+    def __init__(self) -> None:
+        self.asking: set[int] = set()  # the threads looking it up through the other finders
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "onnxruntime":
+        if name != "onnxruntime" or _thread.get_ident() in self.asking:
             return None
-        sys.meta_path.remove(self)
         import importlib.util
 
-        spec = importlib.util.find_spec(name)
+        self.asking.add(_thread.get_ident())
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.asking.discard(_thread.get_ident())
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
@@ -30,9 +58,9 @@ class _WatchOnImport:
 
         def exec_then_watch(module: object) -> None:
             exec_module(module)
-            from onnx_device_guard._births import watch_sessions
-
-            watch_sessions()
+            _watch()  # raising for `--strict`, it stays for the next try
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
 
         loader.exec_module = exec_then_watch
         return spec
@@ -42,9 +70,7 @@ def _start() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != here]
     if "onnxruntime" in sys.modules:  # imported by a .pth file already
-        from onnx_device_guard._births import watch_sessions
-
-        watch_sessions()
+        _watch()
     else:
         sys.meta_path.insert(0, _WatchOnImport())
     import importlib.machinery
@@ -52,7 +78,8 @@ def _start() -> None:
 
     spec = importlib.machinery.PathFinder.find_spec(__name__, sys.path)  # the program's own
     if spec is not None and spec.loader is not None:
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        sys.modules[__name__] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
 
 
 _start()
