@@ -498,7 +498,7 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
 def _rebuilding(wrapped: Any, session: Any, *args: Any, **kwargs: Any) -> Any:
     """onnxruntime's `set_providers`, while readers of the session's providers wait for it."""
     if (lock := RESETTING.get(session)) is None:
-        RESETTING.set(session, lock := threading.Lock())
+        RESETTING.set(session, lock := threading.RLock())  # its own thread never waits
     with lock:
         return wrapped(*args, **kwargs)
 

@@ -35,7 +35,7 @@ Examples:
 """
 
 
-RESETTING: ObjectTable[threading.Lock] = ObjectTable()
+RESETTING: ObjectTable[threading.RLock] = ObjectTable()
 """Each session's lock, held by `set_providers` while it rebuilds the session (whose providers
 read `None` meanwhile), and by a reader that found them `None`."""
 
