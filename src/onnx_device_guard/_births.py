@@ -113,7 +113,8 @@ def open_load() -> collecting | None:
 
 
 _PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object], object]] = {}
-"""Guarded models without a session yet, by id: a weak reference, their check, their origin."""
+"""Guarded models whose methods may open sessions, by id: a weak reference, their check, their
+origin (those without a session yet, and those that follow theirs)."""
 
 
 def await_births(model: object, check: Callable[[Any, object], object], origin: object) -> bool:
