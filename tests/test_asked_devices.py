@@ -85,7 +85,9 @@ class TestTheCallersDevice:
         with pytest.raises(EnvironmentConfigurationError) as info:
             load()
         assert "'cuda'" in info.value.message
-        assert "the call's device argument" in info.value.message
+        assert "the factory's default device argument" in info.value.message  # not passed
+        with pytest.raises(EnvironmentConfigurationError, match="the call's device argument"):
+            load("cuda")
         assert load("cpu").device == torch.device("cpu")
 
     def test_none_is_judged_by_the_model(self) -> None:

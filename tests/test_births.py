@@ -506,6 +506,18 @@ class Mixed:
         self.cpu = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
 
 
+class OnCPU:  # magika's shape: a session asked for the CPU, and no device
+    def __init__(self, path):
+        self._onnx_session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+
+class Pipeline:  # it builds a Detector itself, beside a session of its own
+    def __init__(self, path):
+        self.detector = Detector(path)
+        self.session = onnxruntime.InferenceSession(path, providers=CUDA)
+        self.device = "cuda"
+
+
 def load(path, device="gpu"):
     return Detector(path, device)
 
@@ -545,6 +557,36 @@ def quietly(call: Any, *args: Any) -> Any:
 
 
 class TestPatchAlone:
+    def test_a_cpu_models_session_asked_for_the_gpu_later_is_reported(
+        self, package: types.ModuleType, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A model with no device, whose session asked for the CPU, is followed all the same.
+
+        Before: it was left unfollowed, so `set_providers(CUDA)` that onnxruntime dropped was
+        silent, in "fail" mode too (a watch alone reported it).
+        """
+        with patch(f"{package.__name__}:OnCPU", resolution_mode="fail"):
+            model = package.OnCPU(example_model())
+            with pytest.raises(
+                EnvironmentConfigurationError, match="dropped CUDAExecutionProvider"
+            ):
+                quietly(model._onnx_session.set_providers, CUDA)
+        with patch(f"{package.__name__}:OnCPU"):
+            model = package.OnCPU(example_model())
+            quietly(model._onnx_session.set_providers, CUDA)
+        assert len(fallbacks(caught)) == 1
+
+    def test_a_patched_class_the_package_builds_warns_at_the_callers_line(
+        self, package: types.ModuleType, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """The inner load's report skips the package's frames. Before: it pointed at the
+        package's own line that built the Detector."""
+        with patch(f"{package.__name__}:Pipeline"), patch(f"{package.__name__}:Detector"):
+            quietly(package.Pipeline, example_model())
+        ours = [w for w in caught if issubclass(w.category, DeviceFallbackWarning)]
+        assert ours
+        assert {w.filename for w in ours} == {__file__}
+
     def test_providers_asked_for_are_the_device_asked_for(
         self, package: types.ModuleType, caught: list[warnings.WarningMessage]
     ) -> None:

@@ -446,6 +446,7 @@ class TestProviderChangesInAnotherThread:
                 super()._create_inference_session(*args, **kwargs)
 
         session = SlowReset(device_id=1)
+
         @device_guard(warn=False)
         def load() -> Model:
             return Model(session, "cuda:1")

@@ -161,11 +161,11 @@ class Load:
             return None
         attribute = find_device_attribute(model, options.device_attr, factory)
         devices, asking, dropped = self._devices(model, sessions, attribute)
-        if not devices:
-            return None  # sessions that asked for the CPU only, and no device anywhere
         if options.follow and not followed:  # a change is not followed again, nor a new session
             watch(model, sessions, self.changed, key=id(options), origin=self.origin, settings=used)
             await_births(model, self.born_later, self.origin)  # one its `.to()` opens, say
+        if not devices:
+            return None  # sessions that asked for the CPU only, and no device anywhere
 
         def note(source: str, single: str = "") -> str:  # written only when a message needs it
             named = f"model {type(model).__name__}"
@@ -191,7 +191,7 @@ class Load:
         if warn and opened_later:
             self.warned = fallback
         if warn or logger.isEnabledFor(logging.DEBUG):  # else nothing is said
-            patched = opened_later and self.origin is not None  # skip the patched loader's frames
+            patched = self.origin is not None  # skip the patched package's frames (it loads)
             module = getattr(factory, "__module__", None) if patched else None
             details = Details(
                 applied=attribute is not None and not outcome,
@@ -482,8 +482,9 @@ def said_devices(load: Load, model: object) -> list[tuple[object, str]]:
         and (position := list(parameters).index("device")) < len(args)
     ):
         value = args[position]
-    else:
+    else:  # not given: the factory's default
         value = None if parameter.default is parameter.empty else parameter.default
+        return [] if value is None else [(value, "the factory's default device argument")]
     return [] if value is None else [(value, "the call's device argument")]
 
 
