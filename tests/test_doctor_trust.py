@@ -210,6 +210,11 @@ class TestVerdicts:
             "tensors on 'meta' hold no data, so nothing can run there"
         )
         assert report["inference"]["status"] == "skipped"
+        # One note, with a fix that can be carried out. Before: also "make sure a provider
+        # reads 'meta' memory" and "run one inference of your own on 'meta'".
+        assert [finding["fix"] for finding in report["findings"]] == [
+            "Ask for the device the model will run on: tensors on 'meta' hold no data."
+        ]
 
     def test_a_meta_fallback_is_skipped_too(
         self,

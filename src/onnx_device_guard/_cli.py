@@ -198,13 +198,15 @@ def build_parser() -> _Parser:
     run = commands.add_parser(
         "run",
         help="run a Python program with every onnxruntime session it creates watched",
+        usage="%(prog)s [-h] [--strict] [--fallback-device DEVICE] [--no-warn]"
+        " -- PROGRAM [ARGS ...]",
         description=RUN_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("--strict", action="store_true", help="a dropped GPU provider raises")
     run.add_argument("--fallback-device", metavar="DEVICE", help="where tensors go instead")
     run.add_argument("--no-warn", action="store_true", help="log fallbacks at DEBUG only")
-    run.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
+    run.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS ...]")
     run.set_defaults(handler=_run)
     return parser
 

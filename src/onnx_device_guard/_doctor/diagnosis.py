@@ -141,13 +141,7 @@ def exit_code(facts: Facts | ModelError, *, strict: bool) -> int:
 
 
 def worst(statuses: Iterable[int]) -> int:
-    """Return the most severe of `statuses` by `EXIT_PRECEDENCE` (0 for none).
-
-    Examples:
-        >>> from onnx_device_guard._doctor.diagnosis import worst
-        >>> worst([])
-        0
-    """
+    """Return the most severe of `statuses` by `EXIT_PRECEDENCE` (0 for none)."""
     found = set(statuses)
     return next((status for status in EXIT_PRECEDENCE if status in found), EXIT_OK)
 
@@ -270,10 +264,12 @@ def _device_findings(facts: Facts) -> list[Finding]:
         problem = (
             f"onnx-device-guard checks only CUDA devices; {device!r} is passed through unchecked."
         )
+        kind = facts.requested_device.type
         fix = (
-            f"Make sure one of the session's providers reads {facts.requested_device.type!r} "
-            "memory, or use device 'cpu'."
+            f"Make sure one of the session's providers reads {kind!r} memory, or use device 'cpu'."
         )
+        if kind == "meta":  # a placeholder: no provider reads it
+            fix = "Ask for the device the model will run on: tensors on 'meta' hold no data."
         return [Finding("device-not-checked", problem, fix)]
     if mismatch.session_device is not None:
         return [Finding("device-id-mismatch", mismatch.problem, mismatch.fix, mismatch.help_url)]
@@ -364,7 +360,9 @@ def _inference_findings(facts: Facts) -> list[Finding]:
         )
         return [Finding("inference-inconclusive", problem, _inconclusive_fix(check))]
     if check.status == "skipped" and check.detail != "not run (--no-inference)":
-        problem = f"The test inference was skipped: {check.detail}"
+        if aligned == "meta":
+            return []  # the device's finding says it: nothing runs there
+        problem = f"The test inference was skipped: {check.detail}."
         fix = f"Run one inference of your own on {aligned!r} to confirm the session works there."
         return [Finding("inference-skipped", problem, fix)]
     return []
