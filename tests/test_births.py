@@ -750,7 +750,7 @@ class TestOneReportPerLoad:
         load_outer()
         inner, outer = fallbacks(caught)
         assert "session runs only" in inner
-        assert "session 'b' runs only" in outer
+        assert "sessions 'b', 'a' run only" in outer  # the one not reported yet first
 
     def test_a_lazy_model_opening_two_sessions_in_one_call_reports_once(
         self, caught: list[warnings.WarningMessage]
@@ -1331,6 +1331,23 @@ class TestWhoOwnsABirth:
             quiet.open()  # the load's "fallback" holds
         assert quiet.device == "cpu"
         assert fallbacks(caught) == []
+
+    def test_a_drop_is_explained_once_without_advice_already_followed(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """The fix is why onnxruntime dropped the provider the session asked for. Before: it
+        also said to create the session with the CUDA provider, which it was, and to install
+        onnxruntime-gpu twice."""
+
+        class Model:
+            def __init__(self) -> None:
+                self.session, self.device = session(), "cuda"
+
+        device_guard(Model)()
+        [message] = fallbacks(caught)
+        assert message.count("install onnxruntime-gpu") == 1
+        assert "This onnxruntime build has no CUDAExecutionProvider" in message
+        assert "create the session with providers" not in message
 
     def test_a_session_a_loaded_model_opens_again_is_checked(
         self, caught: list[warnings.WarningMessage]

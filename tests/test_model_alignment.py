@@ -206,6 +206,22 @@ class TestSeveralSessions:
         assert "session 'vision''s" in record.getMessage()
         assert "session 'text''s" in record.getMessage()
 
+    def test_sessions_on_the_cpu_alike_are_named_in_one_sentence(self) -> None:
+        """Three sessions that run only the CPU: one sentence names them all, and
+        `odg_sessions` lists them. Before: the same sentence came once per session."""
+
+        @device_guard(session_attr=("vision", "text"))
+        def load() -> TwoTower:
+            return TwoTower(cpu_session(), cpu_session(), "cuda")
+
+        with recorded_logs() as records:
+            assert load().device == "cpu"
+        [record] = [record for record in records if record.levelno == logging.WARNING]
+        message = record.getMessage()
+        assert "its onnxruntime sessions 'vision', 'text' run only" in message
+        assert message.count("The model asks for device") == 1
+        assert vars(record)["odg_sessions"] == ["vision", "text"]
+
     def test_fail_names_the_session(self) -> None:
         """The error names the attribute path of the session that cannot read the device."""
 

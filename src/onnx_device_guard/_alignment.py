@@ -9,7 +9,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -18,7 +18,13 @@ from ._errors import DeviceFallbackWarning, EnvironmentConfigurationError, Model
 from ._messages import logger, short_repr
 from ._options import DeviceMismatchResolutionMode, Resolved, Settings, check_mode
 from ._policy import current_policy, device_policy
-from ._providers import effective_providers, first_gpu_provider, provider_device_id, require_session
+from ._providers import (
+    effective_providers,
+    first_gpu_provider,
+    provider_device_id,
+    require_session,
+    why_dropped,
+)
 
 _NO_GPU_HELP = EnvironmentConfigurationError.default_help_url  # "no data transfer registered"
 _DEVICE_ID_HELP = help_url("troubleshooting", "device-id-mismatch")
@@ -41,16 +47,21 @@ class Mismatch:
     """The GPU the session does run on, when it runs on another one."""
     session_name: str | None = None
     """Where the model keeps the session (an attribute path), when it has several."""
+    others: tuple[str, ...] = ()
+    """The other sessions that run only the same providers, named in the same sentence."""
+    dropped: str | None = None
+    """The GPU provider onnxruntime dropped for the session, when its birth says so."""
 
     @property
     def problem(self) -> str:
         """What is wrong, naming the device and the session's providers."""
         name = "" if self.session_name is None else f" {self.session_name!r}"
         if self.session_device is None:
+            names = ", ".join(map(repr, (self.session_name, *self.others)))
             return (
-                f"The model asks for device {str(self.device)!r}, but its onnxruntime session"
-                f"{name} runs only {short_repr(list(self.providers), 400)}, and none of these "
-                "can read CUDA tensors."
+                f"The model asks for device {str(self.device)!r}, but its onnxruntime "
+                f"{f'sessions {names} run' if self.others else f'session{name} runs'} only "
+                f"{short_repr(list(self.providers), 400)}, and none of these can read CUDA tensors."
             )
         device = self.device
         asked = f"'cuda' (now cuda:{self.index})" if device.index is None else repr(str(device))
@@ -63,6 +74,8 @@ class Mismatch:
     @property
     def fix(self) -> str:
         """What to change to make the session read the device."""
+        if self.session_device is None and self.dropped is not None:  # asked for, and lost
+            return f"{why_dropped(self.dropped)} Otherwise ask for device 'cpu'."
         if self.session_device is None:
             return (
                 "To run on the GPU, install onnxruntime-gpu (and no other onnxruntime "
@@ -189,7 +202,10 @@ def _resolve(
 
 
 def plan_alignment(
-    sessions: Sequence[tuple[str, object]], requested: torch.device, settings: Resolved
+    sessions: Sequence[tuple[str, object]],
+    requested: torch.device,
+    settings: Resolved,
+    dropped: str | None = None,
 ) -> tuple[torch.device, Fallback | None]:
     """The device all `(name, session)` read (the fallback device where they end on different
     GPUs) and the fallback to report, naming each session that cannot read `requested`."""
@@ -199,7 +215,7 @@ def plan_alignment(
     mismatches: list[Mismatch] = []
     for name, session in sessions:
         if (mismatch := find_mismatch(session, requested)) is not None:
-            mismatch.session_name = name if several else None
+            mismatch.session_name, mismatch.dropped = name if several else None, dropped
             mismatches.append(mismatch)
             if aligned is requested or find_mismatch(session, aligned) is not None:
                 aligned = _resolve(session, mismatch, mode, fallback)
@@ -245,9 +261,13 @@ class Fallback:
                 "sessions_disagree",
                 _DISAGREE_HELP,
             )
-        first = self.mismatches[0]
+        first, mismatches = self.mismatches[0], self.mismatches
+        if all(m.session_device is None and m.providers == first.providers for m in mismatches):
+            mismatches = (
+                replace(first, others=tuple(str(m.session_name) for m in mismatches[1:])),
+            )
         return (
-            " ".join(mismatch.problem for mismatch in self.mismatches),
+            " ".join(mismatch.problem for mismatch in mismatches),
             " ".join(dict.fromkeys(mismatch.fix for mismatch in self.mismatches)),
             "no_gpu_provider" if first.session_device is None else "device_id_mismatch",
             first.help_url,

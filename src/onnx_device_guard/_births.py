@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import EnvironmentConfigurationError
 from ._follow import followers_of, following, on_set_providers
 from ._messages import ObjectTable, error_text, logger, short_repr
-from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, RESETTING, parse_device_id
+from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, RESETTING, parse_device_id, why_dropped
 
 if TYPE_CHECKING:
     from ._options import Resolved, Settings
@@ -502,25 +502,6 @@ def _rebuilding(wrapped: Any, session: Any, *args: Any, **kwargs: Any) -> Any:
         RESETTING.set(session, lock := threading.RLock())  # its own thread never waits
     with lock:
         return wrapped(*args, **kwargs)
-
-
-def why_dropped(provider: str) -> str:
-    """Why onnxruntime may have dropped `provider`, as far as this process can tell."""
-    try:
-        import onnxruntime
-
-        available = list(onnxruntime.get_available_providers())
-    except Exception:
-        available = None
-    if available is not None and provider not in available:
-        return (
-            f"This onnxruntime build has no {provider} (it offers {short_repr(available, 200)}): "
-            "install onnxruntime-gpu, and no other onnxruntime package beside it."
-        )
-    return (
-        f"onnxruntime has {provider} but could not start it; its own log, above, says why "
-        "(often a CUDA or cuDNN library it cannot load)."
-    )
 
 
 def report_birth(birth: Birth, raising: bool = True, settings: Resolved | None = None) -> None:

@@ -26,7 +26,6 @@ from ._births import (
     reported_by_load,
     settle,
     to_watch,
-    why_dropped,
 )
 from ._devices import DeviceLike, as_device, is_index
 from ._discovery import (
@@ -171,7 +170,6 @@ class Load:
             named = f"model {type(model).__name__}"
             named += "" if factory is None else f", returned by the factory {factory_name(factory)}"
             text = "; its session was opened after the load" if opened_later else ""
-            text = f"{text}. {why_dropped(dropped[0].asked[0])}" if dropped else text
             return f"{named}{single}; device from {source}{text}"
 
         planned = asking or sessions
@@ -324,7 +322,8 @@ class Load:
             if requested in aligned:
                 continue
             try:
-                aligned[requested], planned = plan_alignment(sessions, requested, settings)
+                lost = dropped[0].asked[0] if dropped else None  # the fix says why
+                aligned[requested], planned = plan_alignment(sessions, requested, settings, lost)
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error
             except EnvironmentConfigurationError as error:

@@ -159,3 +159,22 @@ def _unchecked(provider: str, why: str) -> None:
         provider,
         why,
     )
+
+
+def why_dropped(provider: str) -> str:
+    """Why onnxruntime may have dropped `provider`, as far as this process can tell."""
+    try:
+        import onnxruntime
+
+        available = list(onnxruntime.get_available_providers())
+    except Exception:
+        available = None
+    if available is not None and provider not in available:
+        return (
+            f"This onnxruntime build has no {provider} (it offers {short_repr(available, 200)}): "
+            "install onnxruntime-gpu, and no other onnxruntime package beside it."
+        )
+    return (
+        f"onnxruntime has {provider} but could not start it; its own log, above, says why "
+        "(often a CUDA or cuDNN library it cannot load)."
+    )
