@@ -833,6 +833,25 @@ class TestErrors:
             patch(fake_package.target(".models.deeper:load"))  # a module holds no submodule
         assert fake_package.name not in sys.modules
 
+    def test_a_namespace_that_extends_its_path_is_left_to_its_import(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """pkgutil's `extend_path` finds submodules in other folders only when it is imported:
+        the patch waits. Before the path check was bounded so, it refused `ns.two`."""
+        for folder, sub in (("a", "one"), ("b", "two")):
+            package = tmp_path / folder / "ns_extended"
+            (package / sub).mkdir(parents=True)
+            (package / "__init__.py").write_text(
+                "from pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\n"
+            )
+            (package / sub / "__init__.py").write_text("def load():\n    return None\n")
+        monkeypatch.syspath_prepend(str(tmp_path / "b"))
+        monkeypatch.syspath_prepend(str(tmp_path / "a"))
+        with patch("ns_extended.two:load") as handle:
+            assert handle.active
+        for name in [m for m in sys.modules if m.startswith("ns_extended")]:
+            del sys.modules[name]
+
     def test_a_misspelt_top_level_package_gets_a_hint(self) -> None:
         with pytest.raises(ModelInputError, match="Did you mean 'onnxruntime'"):
             patch("onnxruntim:InferenceSession")

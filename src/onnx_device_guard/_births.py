@@ -63,7 +63,8 @@ class Birth:
 
 _NUMBERS = itertools.count(1)
 _ELSEWHERE: list[tuple[int, weakref.ref[Any]]] = []
-"""The latest sessions born outside every load while one was in flight, with their numbers."""
+"""The latest sessions born outside every load while one was in flight (a worker thread's, or
+an unrelated thread's: nothing tells them apart), with their birth numbers."""
 _RECORDS: ObjectTable[Birth] = ObjectTable()
 """The birth of each observed session alive."""
 _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[Any, Any]]] = weakref.WeakKeyDictionary()

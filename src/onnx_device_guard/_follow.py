@@ -75,8 +75,6 @@ class _Followers(NamedTuple):
 
 _FOLLOWED: ObjectTable[_Followers] = ObjectTable()
 """The watches of each followed session."""
-CHANGES = [0]
-"""How many provider changes were followed: a load that sees it move meanwhile looks again."""
 _LOCK = threading.Lock()
 """Guards `_FOLLOWED`; never held while user code runs."""
 _WARNED: weakref.WeakSet[type] = weakref.WeakSet()
@@ -169,7 +167,6 @@ def on_set_providers(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
         result = wrapped(*args, **kwargs)
         after = _snapshot(instance)
         if after != before or after[0] is None:
-            CHANGES[0] += 1
             _dispatch(followers, before[0], after[0], handled)
     return result
 

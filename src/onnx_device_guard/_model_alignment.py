@@ -42,7 +42,7 @@ from ._discovery import (
     sessions_among,
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError, in_context
-from ._follow import CHANGES, Origin, watch
+from ._follow import Origin, watch
 from ._messages import MISSING, error_text, logger, short_repr
 from ._options import (
     DeviceMismatchResolutionMode,
@@ -70,10 +70,9 @@ def align_model(
         load.heard, load.since = around.heard, around.since
     if born and not named:
         load.born = tuple(map(weakref.ref, born))
-    changes = CHANGES[0]  # before any provider is read
     try:
         aligned = load.align(model)
-        if CHANGES[0] != changes:  # a change's own alignment may have raced the write: again
+        if load.moved:  # a change's own alignment may have raced the load's write: again
             aligned = load.align(model, followed=True)
     except BaseException:
         if born:  # no model aligned: its sessions are the watch's (but those its error reports)
@@ -82,8 +81,9 @@ def align_model(
     else:
         if born:  # the load around it has them too; those it does not name go on their own
             pass_on(born, owned=not named, settings=load.made_with)
-        if collected is not None and (elsewhere := born_elsewhere(collected.since)):
-            to_watch(elsewhere, settings=load.made_with)  # in a worker thread, not found on it
+        if aligned is None and collected and (elsewhere := born_elsewhere(collected.since)):
+            # In another thread meanwhile: a worker's that the model keeps out of sight, maybe.
+            to_watch(elsewhere, raising=False, settings=load.made_with)
     finally:  # the hooks an undo left to the loads in flight go once the last is aligned
         settle()
     return aligned
@@ -131,14 +131,17 @@ class Load:
     """The births numbered after it were born during the load (a watch may have reported them)."""
     warned: tuple[object, ...] = ()
     """The last fallback warned about for a session born later: the same again is DEBUG."""
+    moved: bool = False
+    """Whether one of its sessions changed providers after it began to follow them."""
 
     def born_later(self, model: object, session: object) -> torch.device | None:
         """Align `model` again, with the session one of its methods opened (and all since)."""
-        self.later = (*self.later, weakref.ref(session))
+        self.later = (*(ref for ref in self.later if ref() is not None), weakref.ref(session))
         return self.align(model, opened_later=True)
 
     def changed(self, model: object, *change: object) -> None:
         """Align `model` again after one of its sessions changed providers."""
+        self.moved = True
         self.align(model, followed=True)
 
     def align(
@@ -189,7 +192,9 @@ class Load:
         if warn and opened_later:
             self.warned = fallback
         if warn or logger.isEnabledFor(logging.DEBUG):  # else nothing is said
-            patched = self.origin is not None  # skip the patched package's frames (it loads)
+            # A patched loader the package calls itself, or a session opened later: the report
+            # skips the package's frames.
+            patched = self.origin is not None and (opened_later or open_load() is not None)
             module = getattr(factory, "__module__", None) if patched else None
             details = Details(
                 applied=attribute is not None and not outcome,

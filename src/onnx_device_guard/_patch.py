@@ -9,6 +9,7 @@ import functools
 import importlib.abc
 import importlib.util
 import inspect
+import pathlib
 import pkgutil
 import re
 import sys
@@ -160,6 +161,9 @@ def _check_installed(target: str, module: str) -> None:
                 "install the package."
             )
         path = spec.submodule_search_locations
+        with contextlib.suppress(OSError, ValueError):  # an `__init__` that extends its path
+            if "__path__" in pathlib.Path(spec.origin or "").read_text("utf-8", "replace"):
+                return  # (pkgutil's extend_path): only its import tells what it holds
 
 
 def _missing(module: types.ModuleType, path: str) -> str:
