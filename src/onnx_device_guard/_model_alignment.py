@@ -64,12 +64,12 @@ def align_model(
     named = load.options.session_attr is not None
     born = None if collected is None else collected.born
     if born:  # held weakly from now: one the load made and let go of is not the model's
-        refs, born[:] = list(map(weakref.ref, born)), ()
+        refs, born[:] = tuple(map(weakref.ref, born)), ()
         born = [session for ref in refs if (session := ref()) is not None]
+        if born and not named:
+            load.born = refs  # a dead one among them is skipped where they are read
     if (around := collected or open_load()) is not None:  # `realign` in a load: part of it
         load.heard, load.since = around.heard, around.since
-    if born and not named:
-        load.born = tuple(map(weakref.ref, born))
     try:
         aligned = load.align(model)
         if load.moved:  # a change's own alignment may have raced the load's write: again
@@ -323,11 +323,11 @@ class Load:
         """Align each device once; the last aligned, the first fallback, its source."""
         first: tuple[Fallback | None, str] = (None, "")
         aligned: dict[torch.device, torch.device] = {}
+        lost = dropped[0].asked[0] if dropped else None  # the fix says why
         for requested, source in devices:
             if requested in aligned:
                 continue
             try:
-                lost = dropped[0].asked[0] if dropped else None  # the fix says why
                 aligned[requested], planned = plan_alignment(sessions, requested, settings, lost)
             except ModelInputError as error:
                 raise self._in_context(error, model, sessions, source) from error
