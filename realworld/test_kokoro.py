@@ -101,12 +101,12 @@ class TestFromSession:
     def test_session_made_under_the_patch_needs_no_option(
         self, files: tuple[str, str], warnings_logged: Callable[[], list[Any]]
     ) -> None:
-        """The session asked for CUDA while the patch was in force: one fallback, at the load."""
+        """The session asked for CUDA while the patch was in force: its drop is reported at
+        birth (no load owns it yet), and the model's fallback at the load."""
         model_path, voices = files
-        with patch(FROM_SESSION):
-            session = cuda_session(model_path)  # not reported here: no load owns it
-            with one_fallback(__file__, warnings_logged):
-                tts = kokoro_onnx.Kokoro.from_session(session, voices)
+        with patch(FROM_SESSION), one_fallback(__file__, warnings_logged, count=2):
+            session = cuda_session(model_path)
+            tts = kokoro_onnx.Kokoro.from_session(session, voices)
         assert tts.sess.get_providers() == ["CPUExecutionProvider"]
         audio, _ = tts.create("hello world", voice="af_test")
         assert np.allclose(audio, 0.5)
@@ -145,12 +145,13 @@ class TestBothPatches:
     def test_each_constructor_reports_its_own_fallback_once(
         self, files: tuple[str, str], warnings_logged: Callable[[], list[Any]]
     ) -> None:
-        """from_session and Kokoro(...) each report one fallback."""
+        """from_session and Kokoro(...) each report one fallback; the session made for the
+        first, outside both loads, reports its own drop at birth."""
         model_path, voices = files
         with (
             patch(CLASS),
             patch(FROM_SESSION),
-            one_fallback(__file__, warnings_logged, count=2),
+            one_fallback(__file__, warnings_logged, count=3),
         ):
             kokoro_onnx.Kokoro.from_session(cuda_session(model_path), voices)
             kokoro_onnx.Kokoro(model_path, voices)

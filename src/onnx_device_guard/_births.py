@@ -99,7 +99,7 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         _LOADS.pop()
         _LOAD.reset(self._token)
         self.frame = None  # finished: a task it started still sees it, and `open_load` skips it
-        if exc_info[1] is not None:  # no model to align: its sessions are the watch's, if any
+        if exc_info[1] is not None:  # no model to align: its sessions are no model's
             settle()
             to_watch(self.born, raising=False)
 
@@ -169,13 +169,12 @@ def pass_on(sessions: list[object], owned: bool, settings: Resolved | None = Non
 def to_watch(
     sessions: list[object], raising: bool = True, settings: Resolved | None = None
 ) -> None:
-    """Sessions no model is known to hold: the watch's (or reported with the `settings` of the
-    load they were born in), even inside another load. Those of a load that raised
-    (`raising=False`) warn in "fail" mode too, so its own error propagates."""
-    if _WATCHES or settings is not None:
-        for birth in filter(None, map(birth_of, sessions)):
-            if birth.dropped and not birth.reported:
-                report_birth(birth, raising, settings)
+    """Report the drops of sessions no model is known to hold, even inside another load, with the
+    `settings` of the load they were born in, else the watch's; raised only with either, and
+    not for a load that raised (`raising=False`), so its own error propagates."""
+    for birth in filter(None, map(birth_of, sessions)):
+        if birth.dropped and not birth.reported:
+            report_birth(birth, raising and bool(_WATCHES or settings), settings)
 
 
 def _pending_owner(load: collecting | None) -> Callable[[object], object] | None:
@@ -418,8 +417,8 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
         if _LOADS:  # born outside the loads in flight (a worker thread): theirs, if anyone's
             del _ELSEWHERE[:-63]
             _ELSEWHERE.append((birth.number, weakref.ref(session)))
-        if _WATCHES and birth.dropped:
-            report_birth(birth)
+        if birth.dropped and (_WATCHES or not _LOADS):  # no model's: raised by a watch only
+            report_birth(birth, raising=bool(_WATCHES))
 
 
 def _record(session: Any, source: Any, sess_options: Any, providers: Any, options: Any) -> Birth:

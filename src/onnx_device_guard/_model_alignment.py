@@ -81,8 +81,8 @@ def align_model(
     else:
         if born:  # the load around it has them too; those it does not name go on their own
             pass_on(born, owned=not named, settings=load.made_with)
-        if aligned is None and collected and (elsewhere := born_elsewhere(collected.since)):
-            # In another thread meanwhile: a worker's that the model keeps out of sight, maybe.
+        if collected and (elsewhere := born_elsewhere(collected.since)):
+            # In another thread meanwhile, and not the model's: a worker's it hides, maybe.
             to_watch(elsewhere, raising=False, settings=load.made_with)
     finally:  # the hooks an undo left to the loads in flight go once the last is aligned
         settle()
