@@ -195,13 +195,6 @@ def is_session(value: object) -> bool:
         return False
 
 
-def sessions_among(attributes: Sessions, skip: set[int]) -> Sessions:
-    """The sessions among `(name, value)` attributes, but those whose id is in `skip`."""
-    return [
-        (name, value) for name, value in attributes if id(value) not in skip and is_session(value)
-    ]
-
-
 def discover_sessions(model: object) -> Found:
     """Find the sessions among `model`'s instance attributes, breadth first, each object once."""
     found: Sessions = []

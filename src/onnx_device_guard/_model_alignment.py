@@ -39,7 +39,7 @@ from ._discovery import (
     find_device_attribute,
     find_sessions,
     instance_attributes,
-    sessions_among,
+    is_session,
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError, in_context
 from ._follow import Origin, watch
@@ -226,29 +226,26 @@ class Load:
         return birth is not None and birth.reported and birth.number > (self.since or birth.number)
 
     def _sessions(self, model: object) -> Found:
-        """The sessions born in the load, else those on the model; refuses a non-model."""
-        born = [session for ref in self.born if (session := ref()) is not None] if self.born else ()
+        """The sessions born in the load, else those on the model, and those opened since (each
+        once); refuses a non-model."""
+        born = [session for ref in self.born if (session := ref()) is not None]
         if not born:
-            found = find_sessions(model, self.options.session_attr, self.factory)
+            found, searched, left = find_sessions(model, self.options.session_attr, self.factory)
         elif born_elsewhere(self.since):  # in a worker thread, say: the model may hold it too
-            named = _named(model, born)
-            more, searched, unreached = discover_sessions(model)
-            known = {id(session) for _, session in named}
-            found = ([*named, *(p for p in more if id(p[1]) not in known)], searched, unreached)
+            found, searched, left = discover_sessions(model)
         else:  # no search: the sessions born in the load are its sessions
-            found = (_named(model, born), (), ())
-        if self.later:  # and those its methods opened since, which it may not hold yet
-            known = {id(session) for _, session in found[0]}
-            later = [s for ref in self.later if (s := ref()) is not None and id(s) not in known]
-            found = (
-                [*found[0], *(p for p in _named(model, later) if id(p[1]) not in known)],
-                *found[1:],
-            )
-        refuse = (born or not found[0]) and self.options.require_session is not False
+            found, searched, left = [], (), ()
+        later = [session for ref in self.later if (session := ref()) is not None]
+        if born or later:  # those its methods opened since, which it may not hold yet, last
+            unique: dict[int, tuple[str, object]] = {}
+            for pair in [*_named(model, born), *found, *_named(model, later)]:
+                unique.setdefault(id(pair[1]), pair)
+            found = list(unique.values())
+        refuse = (born or not found) and self.options.require_session is not False
         if refuse and (isinstance(model, (*_NEVER, Awaitable)) or type(model) in _BARE):
             never = ", which is no model object: it can hold no session or device of its own."
             raise _unusable(model, self.factory, never + " Return the model object itself.")
-        return found
+        return found, searched, left
 
     def _devices(
         self, model: object, sessions: Sessions, attribute: DeviceAttribute | None
@@ -352,14 +349,20 @@ class Load:
 def _named(model: object, born: list[object]) -> Sessions:
     """Born sessions named by the attribute holding them, else by their file (`#n` if twice);
     then the sessions made before the call that the model holds in its own attributes."""
-    attributes = instance_attributes(model)
-    held = {id(value): name for name, value in attributes}
-    names = [
-        held.get(id(s)) or (os.path.basename(birth.file) if (birth := birth_of(s)) else "session")
-        for s in born
-    ]
+    if not born:
+        return []
+    places, names, before = {id(s): n for n, s in enumerate(born)}, [""] * len(born), []
+    for name, value in instance_attributes(model):  # one pass: a load makes it every time
+        if (place := places.get(id(value))) is not None:
+            names[place] = names[place] or name
+        elif is_session(value):
+            before.append((name, value))
+    for place, session in enumerate(born):
+        if not names[place]:
+            birth = birth_of(session)
+            names[place] = os.path.basename(birth.file) if birth else "session"
     names = [name if names.count(name) == 1 else f"{name}#{n}" for n, name in enumerate(names)]
-    return [*zip(names, born, strict=True), *sessions_among(attributes, set(map(id, born)))]
+    return [*zip(names, born, strict=True), *before]
 
 
 _NEVER = (type(None), tuple, str, bytes, int, float, types.GeneratorType, types.AsyncGeneratorType)
