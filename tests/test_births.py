@@ -12,6 +12,7 @@ import functools
 import gc
 import importlib
 import itertools
+import logging
 import os
 import re
 import subprocess
@@ -1462,6 +1463,30 @@ class TestWhoOwnsABirth:
         (text,) = fallbacks(caught)
         assert text.startswith("onnxruntime dropped CUDAExecutionProvider")
         assert "tiny.onnx" in text
+
+    def test_a_model_without_weak_references_is_told_and_its_later_drop_reported(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A model that takes no weak reference cannot wait for its sessions: said at load, and
+        a session it opens later is reported as no model's, in "fail" mode as a warning."""
+
+        class Slotted:
+            __slots__ = ("device", "session")
+
+            def __init__(self) -> None:
+                self.device, self.session = "cuda", None
+
+            def open(self) -> None:
+                self.session = session()
+
+        with recorded_logs() as records:
+            model = device_guard(resolution_mode="fail")(Slotted)()
+        (said,) = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+        assert "no session it opens later is tied to it" in said
+        model.open()
+        (text,) = fallbacks(caught)
+        assert text.startswith("onnxruntime dropped CUDAExecutionProvider")
+        assert model.device == "cuda"
 
     def test_a_session_another_thread_opens_meanwhile_does_not_fail_a_load(
         self, caught: list[warnings.WarningMessage]

@@ -303,8 +303,9 @@ class Load:
             return
         logger.warning(
             "%s, which holds no onnxruntime session, and its class takes no weak reference "
-            "(a built-in type, or __slots__ without '__weakref__'), so sessions it opens "
-            "later are checked only under watch_sessions().",
+            "(a built-in type, or __slots__ without '__weakref__'), so no session it opens "
+            "later is tied to it: a drop is reported as no model's, and its device is left "
+            "as it is. Add '__weakref__' to its __slots__.",
             describe(model, factory),
         )
 
