@@ -1464,6 +1464,105 @@ class TestWhoOwnsABirth:
         assert text.startswith("onnxruntime dropped CUDAExecutionProvider")
         assert "tiny.onnx" in text
 
+    def test_a_quiet_load_ending_first_leaves_another_loads_worker_session_to_it(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """Two loads at once: a session one builds in a worker thread is its own to report,
+        even when the other, quiet load ends first.
+
+        Before: the quiet load reported it as no model's (at DEBUG), so the other model moved
+        to the CPU in silence.
+        """
+        started, built, ended = threading.Event(), threading.Event(), threading.Event()
+
+        class Loud:
+            def __init__(self) -> None:
+                started.wait(5)
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                    self.session = pool.submit(session).result()
+                self.device = "cuda"
+                built.set()
+                ended.wait(5)
+
+        def quiet_load() -> Any:
+            started.set()
+            built.wait(5)
+            return types.SimpleNamespace(session=session(CPU), device="cpu")
+
+        def in_a_thread() -> None:
+            device_guard(warn=False)(quiet_load)()
+            ended.set()
+
+        quiet = threading.Thread(target=in_a_thread)
+        quiet.start()
+        assert device_guard(lambda: Loud())().device == "cpu"
+        quiet.join()
+        (text,) = fallbacks(caught)
+        assert "model Loud" in text
+
+    @pytest.mark.parametrize("outcome", ["raises", "fails"])
+    def test_a_drop_another_thread_makes_during_a_failed_load_is_reported(
+        self, outcome: str, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A load that raises still leaves the sessions born elsewhere meanwhile reported."""
+        kept: list[Any] = []
+
+        def load() -> Any:
+            thread = threading.Thread(target=lambda: kept.append(session()))
+            thread.start()
+            thread.join()
+            if outcome == "raises":
+                raise OSError("no such model")
+            return types.SimpleNamespace(session=session(), device="cuda")
+
+        with pytest.raises(OSError if outcome == "raises" else EnvironmentConfigurationError):
+            device_guard(resolution_mode="fail")(load)()
+        (text,) = fallbacks(caught)
+        assert text.startswith("onnxruntime dropped CUDAExecutionProvider")
+
+    def test_every_drop_born_elsewhere_during_a_load_is_reported(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """No count limits what a load's end reports of the sessions born elsewhere meanwhile.
+
+        Before: only the last 64 were kept, and the rest went unsaid.
+        """
+        kept: list[Any] = []
+
+        def load() -> Any:
+            thread = threading.Thread(target=lambda: kept.extend(session() for _ in range(70)))
+            thread.start()
+            thread.join()
+            return types.SimpleNamespace(session=session(CPU), device="cpu")
+
+        device_guard(load)()
+        assert len(fallbacks(caught)) == 70
+
+    @pytest.mark.parametrize("follow", [True, False])
+    def test_the_hooks_go_with_the_last_guarded_model(self, follow: bool) -> None:
+        """Once no guarded model lives and no patch or watch is in place, onnxruntime is its
+        own again. Before: a guarded load left its __init__ wrapped for good."""
+        script = textwrap.dedent(
+            f"""
+            import gc, onnxruntime
+            from onnx_device_guard import device_guard, example_model
+            original = onnxruntime.InferenceSession.__init__
+            class Model:
+                def __init__(self):
+                    self.session = onnxruntime.InferenceSession(
+                        example_model(), providers=["CPUExecutionProvider"]
+                    )
+                    self.device = "cpu"
+            model = device_guard(follow={follow})(Model)()
+            assert onnxruntime.InferenceSession.__init__ is not original or not {follow}
+            del model  # the last guarded model
+            gc.collect()
+            assert onnxruntime.InferenceSession.__init__ is original
+            print("restored")
+            """
+        )
+        assert_prints(script, "restored")
+
     def test_a_model_without_weak_references_is_told_and_its_later_drop_reported(
         self, caught: list[warnings.WarningMessage]
     ) -> None:

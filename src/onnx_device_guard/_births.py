@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import EnvironmentConfigurationError
 from ._follow import followers_of, following, on_set_providers
-from ._messages import ObjectTable, error_text, logger, short_repr
+from ._messages import MISSING, ObjectTable, error_text, logger, short_repr
 from ._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, RESETTING, parse_device_id, why_dropped
 
 if TYPE_CHECKING:
@@ -63,8 +63,8 @@ class Birth:
 
 _NUMBERS = itertools.count(1)
 _ELSEWHERE: list[tuple[int, weakref.ref[Any]]] = []
-"""The latest sessions born outside every load while one was in flight (a worker thread's, or
-an unrelated thread's: nothing tells them apart), with their birth numbers."""
+"""The sessions born outside every load while one was in flight (a worker thread's, or an
+unrelated thread's: nothing tells them apart), with their birth numbers, until the last ends."""
 _RECORDS: ObjectTable[Birth] = ObjectTable()
 """The birth of each observed session alive."""
 _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[Any, Any]]] = weakref.WeakKeyDictionary()
@@ -102,6 +102,7 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         if exc_info[1] is not None:  # no model to align: its sessions are no model's
             settle()
             to_watch(self.born, raising=False)
+            report_unclaimed()
 
 
 def open_load() -> collecting | None:
@@ -303,9 +304,12 @@ _users = 0
 """How many watches and patches need the hooks."""
 _permanent = False
 """Whether a guarded load or a pending model needs them until the last `release()`."""
-_hooks: list[tuple[Any, str, Any]] = []
-"""The hooks in place: (class, attribute, the wrapper put there); `InferenceSession`'s first."""
+_hooks: list[tuple[Any, str, Any, Any]] = []
+"""The hooks in place: (class, attribute, the wrapper put there, the class's own value before
+or `MISSING`); `InferenceSession`'s first."""
 _waiting_for_import = False
+_MADE: list[tuple[Any, str, Any, Any]] = []
+"""Every hook made, as in `_hooks`: reused when what it replaced is in place again."""
 
 
 def use(*, permanent: bool = False) -> None:
@@ -318,10 +322,13 @@ def use(*, permanent: bool = False) -> None:
             _users += 1
         if _hooks or _waiting_for_import:
             return
-        import wrapt
-
         _waiting_for_import = True
-        wrapt.register_post_import_hook(_install, "onnxruntime")  # at once if imported
+        if (onnxruntime := sys.modules.get("onnxruntime")) is not None:
+            _install(onnxruntime)  # as wrapt's hook would, at once
+        else:
+            import wrapt
+
+            wrapt.register_post_import_hook(_install, "onnxruntime")
 
 
 def release() -> None:
@@ -333,8 +340,8 @@ def release() -> None:
 
 
 def settle() -> None:
-    """A load has aligned its model: the last one in flight unhooks if an undo waited for it."""
-    if not _LOADS and not _permanent:
+    """A load has aligned its model: the last one in flight unhooks if nothing needs the hooks."""
+    if not (_LOADS or _users or _PENDING):  # read without the lock, and again under it
         _unhook_if_unused()
 
 
@@ -346,13 +353,14 @@ def _unhook_if_unused() -> None:
         _permanent = False
         if _LOADS:  # in flight anywhere: the last one unhooks in `settle`, once aligned
             return
-        import wrapt
-
         while _hooks:
-            owner, name, wrapper = _hooks.pop()
-            # Wrapped since by someone else: theirs stays, ours passes calls through.
-            with contextlib.suppress(wrapt.WrapperNotOutermostError):
-                wrapt.unwrap_object(owner, name, wrapper, missing_ok=True)
+            owner, name, wrapper, before = _hooks.pop()
+            if vars(owner).get(name) is not wrapper:  # wrapped since: ours passes calls through
+                continue
+            if before is MISSING:  # inherited (`set_providers`, from onnxruntime's Session)
+                delattr(owner, name)
+            else:
+                setattr(owner, name, before)
 
 
 def _install(onnxruntime: Any) -> None:
@@ -368,8 +376,17 @@ def _install(onnxruntime: Any) -> None:
             (onnxruntime.InferenceSession, "set_providers", _on_set_providers),
             (getattr(onnxruntime, "SessionOptions", None), "add_provider", _on_add_provider),
         ):
-            if hasattr(owner, name):
-                _hooks.append((owner, name, wrapt.wrap_function_wrapper(owner, name, hook)))
+            if not hasattr(owner, name):
+                continue
+            before = vars(owner).get(name, MISSING)
+            # The hook made before, if what it replaced is in place again: put back cheaply.
+            made = next((m for m in _MADE if m[:2] == (owner, name) and m[3] is before), None)
+            if made is not None:
+                setattr(owner, name, made[2])
+            else:
+                made = (owner, name, wrapt.wrap_function_wrapper(owner, name, hook), before)
+                _MADE.append(made)
+            _hooks.append(made)
 
 
 def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -414,11 +431,19 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
     elif load is not None:
         load.born.append(session)
     else:
-        if _LOADS:  # born outside the loads in flight (a worker thread): theirs, if anyone's
-            del _ELSEWHERE[:-63]
+        _born_outside(birth, session)
+
+
+def _born_outside(birth: Birth, session: object) -> None:
+    """A session born outside every load: kept for the loads in flight (a worker thread's is
+    theirs, if anyone's), else reported as no model's (raised under a watch only)."""
+    if _LOADS:
+        with _LOCK:
+            if len(_ELSEWHERE) > 64:  # while loads overlap: the dead go
+                _ELSEWHERE[:] = [entry for entry in _ELSEWHERE if entry[1]() is not None]
             _ELSEWHERE.append((birth.number, weakref.ref(session)))
-        if birth.dropped and (_WATCHES or not _LOADS):  # no model's: raised by a watch only
-            report_birth(birth, raising=bool(_WATCHES))
+    if birth.dropped and (_WATCHES or not _LOADS):
+        report_birth(birth, raising=bool(_WATCHES))
 
 
 def _record(session: Any, source: Any, sess_options: Any, providers: Any, options: Any) -> Birth:
@@ -431,6 +456,19 @@ def _record(session: Any, source: Any, sess_options: Any, providers: Any, option
         providers = _ADDED.get(sess_options, providers)
     got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
     return Birth(file, *_asked(file, providers, options, got), got, number=next(_NUMBERS))
+
+
+def report_unclaimed(since: int | None = None, settings: Resolved | None = None) -> None:
+    """Once no load is in flight, report the drops of the sessions born outside every load
+    meanwhile that none claimed: with `settings`, those born after the birth number `since`."""
+    with _LOCK:
+        if _LOADS or not _ELSEWHERE:
+            return
+        left, _ELSEWHERE[:] = list(_ELSEWHERE), []
+    for number, ref in left:
+        if (session := ref()) is not None:
+            own = since is not None and number > since
+            to_watch([session], raising=False, settings=settings if own else None)
 
 
 def born_elsewhere(since: int | None) -> list[object]:

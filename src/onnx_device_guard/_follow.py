@@ -136,8 +136,9 @@ followers_of = _FOLLOWED.get
 
 def following() -> bool:
     """Whether a live model follows any session, so that the hooks must stay in place."""
-    with _LOCK:
-        return any(followers.watches for followers in _FOLLOWED.values())
+    with _LOCK:  # a dead model's watch goes once its weak reference's callback has run
+        watches = [followers.watches.values() for followers in _FOLLOWED.values()]
+        return any(watched.model() is not None for each in watches for watched in each)
 
 
 def _forget(watches: dict[Hashable, _Watch], entry: Hashable, reference: object) -> None:

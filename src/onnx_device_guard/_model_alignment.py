@@ -23,6 +23,7 @@ from ._births import (
     collecting,
     open_load,
     pass_on,
+    report_unclaimed,
     reported_by_load,
     settle,
     to_watch,
@@ -77,13 +78,13 @@ def align_model(
     except BaseException:
         if born:  # no model aligned: its sessions are the watch's (but those its error reports)
             to_watch(born, raising=False)
+        report_unclaimed()
         raise
     else:
         if born:  # the load around it has them too; those it does not name go on their own
             pass_on(born, owned=not named, settings=load.made_with)
-        if collected and (elsewhere := born_elsewhere(collected.since)):
-            # In another thread meanwhile, and not the model's: a worker's it hides, maybe.
-            to_watch(elsewhere, raising=False, settings=load.made_with)
+        if collected is not None:  # born in another thread meanwhile and not claimed: a worker's
+            report_unclaimed(collected.since if aligned is None else None, load.made_with)
     finally:  # the hooks an undo left to the loads in flight go once the last is aligned
         settle()
     return aligned
