@@ -461,8 +461,10 @@ def _record(session: Any, source: Any, sess_options: Any, providers: Any, option
 def report_unclaimed(since: int | None = None, settings: Resolved | None = None) -> None:
     """Once no load is in flight, report the drops of the sessions born outside every load
     meanwhile that none claimed: with `settings`, those born after the birth number `since`."""
+    if _LOADS or not _ELSEWHERE:  # the usual case, read without the lock
+        return
     with _LOCK:
-        if _LOADS or not _ELSEWHERE:
+        if _LOADS:
             return
         left, _ELSEWHERE[:] = list(_ELSEWHERE), []
     for number, ref in left:

@@ -305,8 +305,9 @@ class Load:
         logger.warning(
             "%s, which holds no onnxruntime session, and its class takes no weak reference "
             "(a built-in type, or __slots__ without '__weakref__'), so no session it opens "
-            "later is tied to it: a drop is reported as no model's, and its device is left "
-            "as it is. Add '__weakref__' to its __slots__.",
+            "later is tied to it: its device is left as it is, and a drop is reported only "
+            "as no model's, while watch_sessions() or a patch observes births. Add "
+            "'__weakref__' to its __slots__.",
             describe(model, factory),
         )
 
