@@ -138,12 +138,16 @@ def _sessions_at_paths(model: object, paths: tuple[str, ...], factory: object | 
         else:
             found.append((path, value))
     if missing and found:  # some there, some not: the model is not what session_attr says
-        raise DeviceGuardError(
-            f"{describe(model, factory)} without the session attribute(s) "
-            f"{', '.join(repr(path) for path in missing)} named in session_attr={paths!r}. "
-            "Return a model that has them, or fix session_attr."
-        )
+        raise DeviceGuardError(describe(model, factory) + lacking(missing, paths))
     return found
+
+
+def lacking(missing: Iterable[str], paths: tuple[str, ...]) -> str:
+    """How an error says that the model lacks the `missing` ones of the `session_attr` paths."""
+    return (
+        f" without the session attribute(s) {', '.join(map(repr, missing))} named in "
+        f"session_attr={paths!r}. Return a model that has them, or fix session_attr."
+    )
 
 
 def _sessions_from_callable(

@@ -41,6 +41,7 @@ from ._discovery import (
     find_sessions,
     instance_attributes,
     is_session,
+    lacking,
 )
 from ._errors import DeviceGuardError, EnvironmentConfigurationError, ModelInputError, in_context
 from ._follow import Origin, watch
@@ -425,10 +426,7 @@ def _no_session(
     """The error for a model without a session, saying what was searched and what to change."""
     source = options.session_attr
     if isinstance(source, tuple):
-        detail = (
-            f" without the session attribute(s) {', '.join(map(repr, source))} named in "
-            f"session_attr={source!r}. Return a model that has them, or fix session_attr."
-        )
+        detail = lacking(source, source)
     elif source is not None:
         detail = (
             f", and session_attr={factory_name(source)} found no session on it. Make the "
