@@ -310,6 +310,102 @@ class TestWatch:
         gc.collect()
         assert reference() is None
 
+    def test_another_instrumentors_wrapper_over_ours_is_unwrapped_cleanly(self) -> None:
+        """Wrapped over by someone while hooked, unhooked under them, unwrapped by them: the
+        class is its own again, and hooking anew reports a drop once.
+
+        Before: our wrapper stayed on the class once they unwrapped, and the next hook wrapped
+        over it, so each drop was reported twice.
+        """
+        script = textwrap.dedent(
+            """
+            import warnings, onnxruntime, wrapt
+            from onnx_device_guard import DeviceFallbackWarning, example_model, watch_sessions
+            cls = onnxruntime.InferenceSession
+            own = vars(cls)["__init__"]
+            watch = watch_sessions()
+            wrapt.wrap_function_wrapper(cls, "__init__", lambda w, i, a, k: w(*a, **k))
+            watch.undo()
+            cls.__init__ = cls.__init__.__wrapped__  # their unwrap, as instrumentors do it
+            assert vars(cls)["__init__"] is own
+            with watch_sessions(), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                kept = cls(example_model(), providers=["CUDAExecutionProvider"])
+            assert [w.category for w in caught].count(DeviceFallbackWarning) == 1
+            assert vars(cls)["__init__"] is own
+            print("restored")
+            """
+        )
+        assert_prints(script, "restored")
+
+    def test_a_base_class_wrapper_made_while_unhooked_is_called_once_hooked_again(self) -> None:
+        """set_providers is onnxruntime's Session's: wrapped there by someone while the hooks
+        were off, it is what the hooks wrap next. Before: a wrapper made earlier was reused,
+        which went round theirs."""
+        script = textwrap.dedent(
+            """
+            import onnxruntime, wrapt
+            from onnxruntime.capi.onnxruntime_inference_collection import Session
+            from onnx_device_guard import example_model, watch_sessions
+            calls = []
+            watch_sessions().undo()
+            wrapt.wrap_function_wrapper(
+                Session, "set_providers", lambda w, i, a, k: calls.append(1) or w(*a, **k)
+            )
+            with watch_sessions():
+                made = onnxruntime.InferenceSession(
+                    example_model(), providers=["CPUExecutionProvider"]
+                )
+                made.set_providers(["CPUExecutionProvider"])
+            assert calls == [1], calls
+            assert "set_providers" not in vars(onnxruntime.InferenceSession)
+            print("theirs ran")
+            """
+        )
+        assert_prints(script, "theirs ran")
+
+    def test_a_model_that_starts_waiting_while_the_hooks_go_keeps_them(self) -> None:
+        """A load ending in one thread takes the hooks away just as another thread's model
+        begins to wait for its sessions: the hooks come back for it.
+
+        Before: the waiting model was left without hooks, so the session it opened later went
+        unchecked and it stayed on CUDA.
+        """
+        script = textwrap.dedent(
+            """
+            import sys, threading, onnxruntime
+            from onnx_device_guard import _births, _follow, device_guard, example_model
+            paused, go = threading.Event(), threading.Event()
+            def pause_in_the_unhook(frame, event, arg):
+                if event == "call" and frame.f_code is _follow.following.__code__:
+                    paused.set(); go.wait(10)
+            def session(providers):
+                return onnxruntime.InferenceSession(example_model(), providers=providers)
+            class Plain:
+                def __init__(self):
+                    self.session, self.device = session(["CPUExecutionProvider"]), "cpu"
+            class Lazy:
+                def __init__(self):
+                    self.session, self.device = None, "cuda"
+                def open(self):
+                    self.session = session(["CUDAExecutionProvider"])
+            def ending():
+                sys.settrace(pause_in_the_unhook)
+                device_guard(follow=False)(Plain)()
+                sys.settrace(None)
+            made = {}
+            first = threading.Thread(target=ending); first.start(); paused.wait(10)
+            second = threading.Thread(target=lambda: made.setdefault("lazy", device_guard(
+                warn=False)(Lazy)()))
+            second.start()
+            while not _births._PENDING: pass
+            go.set(); first.join(); second.join()
+            made["lazy"].open()
+            print(made["lazy"].device)
+            """
+        )
+        assert_prints(script, "cpu")
+
     def test_undo_restores_onnxruntime_by_identity(self) -> None:
         """After the last undo(), InferenceSession.__init__ is onnxruntime's own again."""
         script = textwrap.dedent(
@@ -1562,6 +1658,25 @@ class TestWhoOwnsABirth:
             """
         )
         assert_prints(script, "restored")
+
+    def test_a_report_that_must_not_raise_leaves_the_loads_own_error(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A load that raises, whose session cannot read the fallback device either, raises
+        its own error; the session's report says the fallback is unreadable.
+
+        Before: the report's EnvironmentConfigurationError replaced the load's error.
+        """
+        kept: list[Any] = []
+
+        def load() -> Any:
+            kept.append(session())
+            raise OSError("no such model")
+
+        with device_policy(fallback_device="cuda"), pytest.raises(OSError, match="no such model"):
+            device_guard(load)()
+        (text,) = fallbacks(caught)
+        assert "cannot read the fallback device 'cuda' either" in text
 
     def test_a_model_without_weak_references_is_told_and_its_later_drop_reported(
         self, caught: list[warnings.WarningMessage]

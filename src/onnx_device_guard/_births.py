@@ -62,9 +62,10 @@ class Birth:
 
 
 _NUMBERS = itertools.count(1)
-_ELSEWHERE: list[tuple[int, weakref.ref[Any]]] = []
+_ELSEWHERE: list[tuple[int, weakref.ref[Any], bool]] = []
 """The sessions born outside every load while one was in flight (a worker thread's, or an
-unrelated thread's: nothing tells them apart), with their birth numbers, until the last ends."""
+unrelated thread's: nothing tells them apart) until the last ends: their birth numbers, and
+whether that load was alone."""
 _RECORDS: ObjectTable[Birth] = ObjectTable()
 """The birth of each observed session alive."""
 _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[Any, Any]]] = weakref.WeakKeyDictionary()
@@ -100,9 +101,8 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         _LOAD.reset(self._token)
         self.frame = None  # finished: a task it started still sees it, and `open_load` skips it
         if exc_info[1] is not None:  # no model to align: its sessions are no model's
-            settle()
             to_watch(self.born, raising=False)
-            report_unclaimed()
+            settle()
 
 
 def open_load() -> collecting | None:
@@ -308,8 +308,10 @@ _hooks: list[tuple[Any, str, Any, Any]] = []
 """The hooks in place: (class, attribute, the wrapper put there, the class's own value before
 or `MISSING`); `InferenceSession`'s first."""
 _waiting_for_import = False
-_MADE: list[tuple[Any, str, Any, Any]] = []
-"""Every hook made, as in `_hooks`: reused when what it replaced is in place again."""
+_MADE: dict[tuple[Any, str], tuple[Any, str, Any, Any]] = {}
+"""The last hook made on each class and attribute, as in `_hooks`, to put back cheaply."""
+_ORIGINAL: Any = None
+"""onnxruntime's `InferenceSession`, whose own `get_providers` a record reads."""
 
 
 def use(*, permanent: bool = False) -> None:
@@ -340,7 +342,9 @@ def release() -> None:
 
 
 def settle() -> None:
-    """A load has aligned its model: the last one in flight unhooks if nothing needs the hooks."""
+    """A load is over: the last one in flight reports what no load claimed, and unhooks if
+    nothing needs the hooks."""
+    report_unclaimed()
     if not (_LOADS or _users or _PENDING):  # read without the lock, and again under it
         _unhook_if_unused()
 
@@ -348,16 +352,18 @@ def settle() -> None:
 def _unhook_if_unused() -> None:
     global _permanent
     with _LOCK:
-        if _users > 0 or _PENDING or following():
-            return  # following(): a guarded model still follows its sessions
+        # Cleared first: a model that starts waiting meanwhile (unlocked) then sees it cleared.
         _permanent = False
-        if _LOADS:  # in flight anywhere: the last one unhooks in `settle`, once aligned
-            return
+        if _users > 0 or _PENDING or following() or _LOADS:  # in flight: the last one unhooks
+            return  # following(): a guarded model still follows its sessions
         while _hooks:
             owner, name, wrapper, before = _hooks.pop()
-            if vars(owner).get(name) is not wrapper:  # wrapped since: ours passes calls through
-                continue
-            if before is MISSING:  # inherited (`set_providers`, from onnxruntime's Session)
+            if vars(owner).get(name) is not wrapper:  # wrapped since by someone: spliced out
+                import wrapt  # of their wrapt chain, else left passing calls through
+
+                with contextlib.suppress(wrapt.WrapperNotOutermostError):
+                    wrapt.unwrap_object(owner, name, wrapper, missing_ok=True)
+            elif before is MISSING:  # inherited (`set_providers`, from onnxruntime's Session)
                 delattr(owner, name)
             else:
                 setattr(owner, name, before)
@@ -367,10 +373,12 @@ def _install(onnxruntime: Any) -> None:
     global _waiting_for_import
     import wrapt
 
+    global _ORIGINAL
     with _LOCK:
         _waiting_for_import = False
         if _hooks or not (_users or _permanent or _LOADS):
             return
+        _ORIGINAL = onnxruntime.InferenceSession
         for owner, name, hook in (
             (onnxruntime.InferenceSession, "__init__", _on_init),
             (onnxruntime.InferenceSession, "set_providers", _on_set_providers),
@@ -378,14 +386,16 @@ def _install(onnxruntime: Any) -> None:
         ):
             if not hasattr(owner, name):
                 continue
-            before = vars(owner).get(name, MISSING)
-            # The hook made before, if what it replaced is in place again: put back cheaply.
-            made = next((m for m in _MADE if m[:2] == (owner, name) and m[3] is before), None)
-            if made is not None:
+            # The hook made before goes back cheaply if it is in place still, or if the class
+            # holds and serves what it wrapped again.
+            now, made = vars(owner).get(name, MISSING), _MADE.get((owner, name))
+            if made is None or not (
+                now is made[2] or (now is made[3] and getattr(owner, name) is made[2].__wrapped__)
+            ):
+                made = (owner, name, wrapt.wrap_function_wrapper(owner, name, hook), now)
+                _MADE[owner, name] = made
+            elif now is not made[2]:
                 setattr(owner, name, made[2])
-            else:
-                made = (owner, name, wrapt.wrap_function_wrapper(owner, name, hook), before)
-                _MADE.append(made)
             _hooks.append(made)
 
 
@@ -437,12 +447,12 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
 def _born_outside(birth: Birth, session: object) -> None:
     """A session born outside every load: kept for the loads in flight (a worker thread's is
     theirs, if anyone's), else reported as no model's (raised under a watch only)."""
-    if _LOADS:
-        with _LOCK:
+    with _LOCK:
+        if loads := len(_LOADS):
             if len(_ELSEWHERE) > 64:  # while loads overlap: the dead go
                 _ELSEWHERE[:] = [entry for entry in _ELSEWHERE if entry[1]() is not None]
-            _ELSEWHERE.append((birth.number, weakref.ref(session)))
-    if birth.dropped and (_WATCHES or not _LOADS):
+            _ELSEWHERE.append((birth.number, weakref.ref(session), loads == 1))
+    if birth.dropped and (_WATCHES or not loads) and not birth.reported:
         report_birth(birth, raising=bool(_WATCHES))
 
 
@@ -454,7 +464,7 @@ def _record(session: Any, source: Any, sess_options: Any, providers: Any, option
         file = str(os.fspath(source)) if source is not None else "<no model>"
     if not providers and sess_options is not None:  # those added to its SessionOptions
         providers = _ADDED.get(sess_options, providers)
-    got = tuple(_hooks[0][0].get_providers(session))  # onnxruntime's own, never an override
+    got = tuple(_ORIGINAL.get_providers(session))  # onnxruntime's own, never an override
     return Birth(file, *_asked(file, providers, options, got), got, number=next(_NUMBERS))
 
 
@@ -467,9 +477,9 @@ def report_unclaimed(since: int | None = None, settings: Resolved | None = None)
         if _LOADS:
             return
         left, _ELSEWHERE[:] = list(_ELSEWHERE), []
-    for number, ref in left:
+    for number, ref, alone in left:  # the load's settings for a session only it could own
         if (session := ref()) is not None:
-            own = since is not None and number > since
+            own = alone and since is not None and number > since
             to_watch([session], raising=False, settings=settings if own else None)
 
 
@@ -477,7 +487,7 @@ def born_elsewhere(since: int | None) -> list[object]:
     """The sessions alive that were born outside every load since the birth number `since`."""
     if since is None or not _ELSEWHERE:
         return []
-    return [s for number, ref in list(_ELSEWHERE) if number > since and (s := ref()) is not None]
+    return [s for number, ref, _ in list(_ELSEWHERE) if number > since and (s := ref()) is not None]
 
 
 def _asked(
@@ -520,7 +530,7 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
     def set_providers(*args: Any, **kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)  # onnxruntime's own errors for arguments it refuses
         with contextlib.suppress(Exception):  # never break the user's call over a record
-            birth.got, birth.reported = tuple(_hooks[0][0].get_providers(session)), False
+            birth.got, birth.reported = tuple(_ORIGINAL.get_providers(session)), False
             if not falling_back:
                 providers = args[0] if args else kwargs.get("providers")
                 options = args[1] if len(args) > 1 else kwargs.get("provider_options")
@@ -564,10 +574,18 @@ def report_birth(birth: Birth, raising: bool = True, settings: Resolved | None =
     birth.reported = True
     if used.resolution_mode == "fail" and raising:
         raise EnvironmentConfigurationError(problem)  # its help: no data transfer registered
-    # The core's check: a fallback device the session cannot read either raises, in its words.
+    # The core's check: a fallback device the session cannot read either raises, in its words
+    # (only said, where the report must not raise: the user's own error, or no model's session).
     resolved = Resolved("fallback", used.fallback_device, used.warn)  # the error raised above
-    fallback = str(plan_alignment([("", birth)], as_device(birth.device, "device"), resolved)[0])
-    text = f"{problem} Its tensors belong on {fallback!r}."
+    try:
+        fallback: str | None = str(
+            plan_alignment([("", birth)], as_device(birth.device, "device"), resolved)[0]
+        )
+        text = f"{problem} Its tensors belong on {fallback!r}."
+    except EnvironmentConfigurationError as error:
+        if raising:
+            raise
+        fallback, text = None, f"{problem} {error.message}"
     if used.warn:
         warn_at_caller(text)
     logger.log(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, overload
 
-from ._births import collecting, pass_on
+from ._births import collecting, pass_on, settle
 from ._devices import DeviceLike
 from ._errors import DeviceGuardError, ModelInputError
 from ._messages import typed_repr
@@ -291,6 +291,7 @@ def _align(instance: object, cls: type, calls: dict[type, Any], collected: colle
             align_model(instance, load, collected)
             return
     pass_on(collected.born, owned=False)  # unguarded while it was built: its sessions are not lost
+    settle()
 
 
 def _init_signature(cls: type) -> inspect.Signature | None:

@@ -79,7 +79,6 @@ def align_model(
     except BaseException:
         if born:  # no model aligned: its sessions are the watch's (but those its error reports)
             to_watch(born, raising=False)
-        report_unclaimed()
         raise
     else:
         if born:  # the load around it has them too; those it does not name go on their own
