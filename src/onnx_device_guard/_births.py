@@ -370,10 +370,9 @@ def _unhook_if_unused() -> None:
 
 
 def _install(onnxruntime: Any) -> None:
-    global _waiting_for_import
+    global _waiting_for_import, _ORIGINAL
     import wrapt
 
-    global _ORIGINAL
     with _LOCK:
         _waiting_for_import = False
         if _hooks or not (_users or _permanent or _LOADS):
