@@ -406,6 +406,96 @@ class TestWatch:
         )
         assert_prints(script, "cpu")
 
+    @pytest.mark.parametrize(
+        "case",
+        ["imported later", "left from under", "plain wrapper over ours", "bare __new__"],
+    )
+    def test_the_hooks_hold_up_beside_other_code(self, case: str) -> None:
+        """Cases a review of the hooks' comings and goings found (each failed before):
+
+        - imported later: a model waiting before onnxruntime is imported, after a watch came
+          and went, got no hooks when it was imported, so its later session went unchecked;
+        - left from under: an instrumentor under ours that unwraps itself was put back on the
+          class when ours went;
+        - plain wrapper over ours: a monkeypatch over ours kept ours inside it, and hooking
+          anew reported each drop twice;
+        - bare __new__: a guarded class's `__new__` called alone (as pickle does) left the
+          hooks in place with nothing needing them.
+        """
+        script = textwrap.dedent(
+            """
+            import gc, sys, warnings
+            case = sys.argv[1]
+            from onnx_device_guard import (
+                DeviceFallbackWarning, device_guard, example_model, watch_sessions
+            )
+            from onnx_device_guard import _births
+            CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+            def dropped():
+                import onnxruntime
+                return onnxruntime.InferenceSession(example_model(), providers=CUDA)
+            class Lazy:
+                def __init__(self):
+                    self.session, self.device = None, "cuda"
+                def open(self):
+                    self.session = dropped()
+            def reports(step):
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    kept = step()
+                return [w.category for w in caught].count(DeviceFallbackWarning)
+            if case == "imported later":
+                lazy = device_guard(warn=False)(Lazy)()
+                watch_sessions().undo()
+                import onnxruntime
+                lazy.open()
+                assert lazy.device == "cpu", lazy.device
+            import onnxruntime, wrapt
+            cls = onnxruntime.InferenceSession
+            own = vars(cls)["__init__"]
+            if case == "left from under":
+                theirs = wrapt.wrap_function_wrapper(cls, "__init__", lambda w, i, a, k: w(*a, **k))
+                watch = watch_sessions()
+                wrapt.unwrap_object(cls, "__init__", theirs)
+                watch.undo()
+                assert vars(cls)["__init__"] is own
+            if case == "plain wrapper over ours":
+                lazy = device_guard(Lazy)()
+                inner = cls.__init__
+                cls.__init__ = lambda self, *a, **k: inner(self, *a, **k)
+                del lazy
+                gc.collect()
+                lazy = device_guard(Lazy)()
+                assert reports(dropped) == 1
+            if case == "bare __new__":
+                @device_guard
+                class Model:
+                    def __new__(cls, *args, **kwargs):
+                        return super().__new__(cls)
+                Model.__new__(Model)
+                assert not _births._hooks and vars(cls)["__init__"] is own
+            print("held up")
+            """
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script, case], capture_output=True, text=True, check=False
+        )
+        assert done.stdout.strip() == "held up", done.stderr
+
+    def test_a_warnings_filter_that_errors_leaves_the_loads_own_error(self) -> None:
+        """Under `warnings.simplefilter("error")`, a load that raises raises its own error:
+        the report of a session it made must not. Before: the DeviceFallbackWarning did."""
+        kept: list[Any] = []
+
+        def load() -> Any:
+            kept.append(session())
+            raise OSError("no such model")
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(OSError, match="no such model"):
+                device_guard(load)()
+
     def test_undo_restores_onnxruntime_by_identity(self) -> None:
         """After the last undo(), InferenceSession.__init__ is onnxruntime's own again."""
         script = textwrap.dedent(

@@ -304,11 +304,13 @@ _users = 0
 """How many watches and patches need the hooks."""
 _permanent = False
 """Whether a guarded load or a pending model needs them until the last `release()`."""
-_hooks: list[tuple[Any, str, Any, Any]] = []
-"""The hooks in place: (class, attribute, the wrapper put there, the class's own value before
-or `MISSING`); `InferenceSession`'s first."""
+_hooks: list[tuple[Any, str, Any, bool, object]] = []
+"""The hooks in place: (class, attribute, the wrapper put there, whether the class inherited
+what it wrapped, its token in `_LIVE`); `InferenceSession`'s first."""
+_LIVE: set[object] = set()
+"""The tokens of the hooks in place: a wrapper left inside someone else's passes calls through."""
 _waiting_for_import = False
-_MADE: dict[tuple[Any, str], tuple[Any, str, Any, Any]] = {}
+_MADE: dict[tuple[Any, str], tuple[Any, str, Any, bool, object]] = {}
 """The last hook made on each class and attribute, as in `_hooks`, to put back cheaply."""
 _ORIGINAL: Any = None
 """onnxruntime's `InferenceSession`, whose own `get_providers` a record reads."""
@@ -353,20 +355,29 @@ def _unhook_if_unused() -> None:
     global _permanent
     with _LOCK:
         # Cleared first: a model that starts waiting meanwhile (unlocked) then sees it cleared.
-        _permanent = False
+        needed, _permanent = _permanent, False
         if _users > 0 or _PENDING or following() or _LOADS:  # in flight: the last one unhooks
-            return  # following(): a guarded model still follows its sessions
+            _permanent = needed  # following(): a guarded model still follows its sessions
+            return
         while _hooks:
-            owner, name, wrapper, before = _hooks.pop()
+            owner, name, wrapper, inherited, token = _hooks.pop()
+            _LIVE.discard(token)  # from now on it passes calls through, wherever it is
             if vars(owner).get(name) is not wrapper:  # wrapped since by someone: spliced out
-                import wrapt  # of their wrapt chain, else left passing calls through
+                import wrapt  # of their wrapt chain if it can be
 
                 with contextlib.suppress(wrapt.WrapperNotOutermostError):
                     wrapt.unwrap_object(owner, name, wrapper, missing_ok=True)
-            elif before is MISSING:  # inherited (`set_providers`, from onnxruntime's Session)
+                continue
+            # Inherited before (`set_providers`, onnxruntime's Session's) or inheriting just
+            # what it wraps now (whoever it wrapped left from under it): the class's own goes.
+            bases = (vars(base) for base in owner.__mro__[1:])
+            if (
+                inherited
+                or next((v[name] for v in bases if name in v), None) is wrapper.__wrapped__
+            ):
                 delattr(owner, name)
-            else:
-                setattr(owner, name, before)
+            else:  # what it wraps now
+                setattr(owner, name, wrapper.__wrapped__)
 
 
 def _install(onnxruntime: Any) -> None:
@@ -375,7 +386,7 @@ def _install(onnxruntime: Any) -> None:
 
     with _LOCK:
         _waiting_for_import = False
-        if _hooks or not (_users or _permanent or _LOADS):
+        if _hooks or not (_users or _permanent or _LOADS or _PENDING):
             return
         _ORIGINAL = onnxruntime.InferenceSession
         for owner, name, hook in (
@@ -386,16 +397,20 @@ def _install(onnxruntime: Any) -> None:
             if not hasattr(owner, name):
                 continue
             # The hook made before goes back cheaply if it is in place still, or if the class
-            # holds and serves what it wrapped again.
+            # holds (or inherits) and serves what it wrapped again.
             now, made = vars(owner).get(name, MISSING), _MADE.get((owner, name))
             if made is None or not (
-                now is made[2] or (now is made[3] and getattr(owner, name) is made[2].__wrapped__)
+                now is made[2]
+                or ((now is MISSING) == made[3] and getattr(owner, name) is made[2].__wrapped__)
             ):
-                made = (owner, name, wrapt.wrap_function_wrapper(owner, name, hook), now)
-                _MADE[owner, name] = made
+                token = object()
+                live = functools.partial(_LIVE.__contains__, token)  # a left-over one is off
+                wrapper = wrapt.wrap_object(owner, name, wrapt.FunctionWrapper, (hook, live))
+                made = _MADE[owner, name] = (owner, name, wrapper, now is MISSING, token)
             elif now is not made[2]:
                 setattr(owner, name, made[2])
             _hooks.append(made)
+            _LIVE.add(made[4])
 
 
 def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -421,8 +436,6 @@ def _on_init(wrapped: Any, session: Any, args: Any, kwargs: Any) -> None:
         providers = list(providers)
         kwargs = {**kwargs, "providers": iter(providers)}
     wrapped(*args, **kwargs)
-    if not _hooks:  # left inert under another wrapper
-        return
     try:
         birth = _record(session, source, sess_options, providers, options)
         _RECORDS.set(session, birth)
@@ -453,6 +466,8 @@ def _born_outside(birth: Birth, session: object) -> None:
             _ELSEWHERE.append((birth.number, weakref.ref(session), loads == 1))
     if birth.dropped and (_WATCHES or not loads) and not birth.reported:
         report_birth(birth, raising=bool(_WATCHES))
+    elif loads:  # the last load may have ended meanwhile, finding nothing to report
+        report_unclaimed()
 
 
 def _record(session: Any, source: Any, sess_options: Any, providers: Any, options: Any) -> Birth:
@@ -586,7 +601,8 @@ def report_birth(birth: Birth, raising: bool = True, settings: Resolved | None =
             raise
         fallback, text = None, f"{problem} {error.message}"
     if used.warn:
-        warn_at_caller(text)
+        with contextlib.nullcontext() if raising else contextlib.suppress(Warning):
+            warn_at_caller(text)  # under "error" filters, a user's own error stands
     logger.log(
         logging.WARNING if used.warn else logging.DEBUG,
         text,

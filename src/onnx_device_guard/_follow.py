@@ -136,9 +136,10 @@ followers_of = _FOLLOWED.get
 
 def following() -> bool:
     """Whether a live model follows any session, so that the hooks must stay in place."""
-    with _LOCK:  # a dead model's watch goes once its weak reference's callback has run
-        watches = [followers.watches.values() for followers in _FOLLOWED.values()]
-        return any(watched.model() is not None for each in watches for watched in each)
+    # Read without the lock: a weak reference's callback may ask, in a thread that holds it.
+    # A dead model's watch goes once its callback has run.
+    watches = [followers.watches.copy().values() for followers in _FOLLOWED.values()]
+    return any(watched.model() is not None for each in watches for watched in each)
 
 
 def _forget(watches: dict[Hashable, _Watch], entry: Hashable, reference: object) -> None:

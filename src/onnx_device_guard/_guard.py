@@ -314,8 +314,9 @@ def _new_wrapper(cls: type, new: Any) -> Any:
             instance = _own_or_inherited(cls, new, "__new__", klass)(klass, *args, **kwargs)
         if not isinstance(instance, klass):
             _align(instance, klass, {klass: (args, kwargs)}, collected)
-        else:  # its __init__ runs next, in a load of its own
+        else:  # its __init__ runs next, in a load of its own (none, when pickle calls it)
             pass_on(collected.born, owned=False)
+            settle()
         return instance
 
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"
