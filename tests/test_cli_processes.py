@@ -49,10 +49,32 @@ def _closed_stdout() -> subprocess.CompletedProcess[str]:
         os.close(write)
 
 
+def _reader_leaves_early(folder: Path) -> subprocess.CompletedProcess[str]:
+    """The doctor's report on `folder` into a pipe whose reader takes 10 bytes and leaves.
+
+    Unbuffered, as under PYTHONUNBUFFERED=1: one write of the whole report, which the
+    pipe takes only in part once the reader has gone.
+    """
+    read, write = os.pipe()
+    environ = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [script(), "doctor", "--device", "cpu", "--json", str(folder)]
+    with subprocess.Popen(
+        command, stdout=write, stderr=subprocess.PIPE, text=True, env=environ
+    ) as doctor:
+        os.close(write)
+        with os.fdopen(read, "rb", buffering=0) as reader:
+            reader.read(10)  # the report has started: the doctor is inside its one write
+        stderr = doctor.communicate(timeout=300)[1]
+    return subprocess.CompletedProcess(command, doctor.returncode, "", stderr)
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+def runs(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> Iterator[Runs]:
     """The processes, started together; each test waits for its own."""
     missing = tmp_path_factory.mktemp("missing") / "missing.onnx"
+    many = tmp_path_factory.mktemp("many")  # a JSON report of 160 KB, over a pipe's 64 KiB
+    for number in range(100):
+        shutil.copy(tiny_model_path, many / f"m{number}.onnx")
     doctor = f"'{script()}' doctor --device cpu"
     commands = {
         "module": f"'{sys.executable}' -m onnx_device_guard doctor --device cpu",
@@ -62,6 +84,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures: Runs = {name: pool.submit(_shell, line) for name, line in commands.items()}
         futures["closed-stdout"] = pool.submit(_closed_stdout)
+        futures["reader-leaves"] = pool.submit(_reader_leaves_early, many)
         yield futures
 
 
@@ -76,6 +99,13 @@ class TestProcess:
     def test_a_closed_pipe_ends_quietly(self, runs: Runs) -> None:
         """`doctor | head -0`: nothing on stderr (no 'Exception ignored'), status 141."""
         done = runs["closed-stdout"].result()
+
+        assert (done.returncode, done.stderr) == (141, "")
+
+    def test_a_reader_leaving_partway_is_a_broken_pipe(self, runs: Runs) -> None:
+        """`doctor many | head -c 10`: status 141, quietly. Before: 0, the report's rest lost
+        without a word, when an unbuffered stdout's write was taken only in part."""
+        done = runs["reader-leaves"].result()
 
         assert (done.returncode, done.stderr) == (141, "")
 

@@ -114,14 +114,20 @@ class OutputError(Exception):
 def write_out(text: str) -> None:
     """Write `text` to stdout and flush; raise `OutputError` when stdout cannot take it.
 
-    Then stdout points at /dev/null, so that Python's flush at exit has nothing to complain of.
+    Its binary layer gets the bytes until it took all (unbuffered, the text layer drops what
+    a write leaves). Then stdout points at /dev/null, so Python's flush at exit says nothing.
     """
-    if sys.stdout is None:
+    stream = sys.stdout
+    if stream is None:
         say_error(f"{PREFIX}cannot write the report: stdout is closed")
         raise OutputError(2)
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        if (binary := getattr(stream, "buffer", None)) is None:
+            stream.write(text)  # an in-memory stream takes text whole
+        left = memoryview(b"" if binary is None else text.encode(stream.encoding, stream.errors))
+        while left:  # after a short write, the next says why (a broken pipe)
+            left = left[binary.write(left) or 0 :]
+        stream.flush()
     except OSError as error:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             devnull = os.open(os.devnull, os.O_WRONLY)
