@@ -635,19 +635,62 @@ class TestRunCommand:
         missing = subprocess.run([*command, str(tmp_path / "no")], capture_output=True, check=False)
         assert (found.returncode, missing.returncode) == (126, 127)
 
-    def test_the_usual_fallback_devices_are_read_without_torch(self, tmp_path: Path) -> None:
-        """`run --fallback-device cuda:1` starts the program without importing torch first."""
+    @pytest.mark.parametrize(
+        ("variable", "value"),
+        [
+            ("ONNX_DEVICE_GUARD_RESOLUTION_MODE", "bogus"),
+            ("ONNX_DEVICE_GUARD_WARN", "maybe"),
+            ("ONNX_DEVICE_GUARD_FALLBACK_DEVICE", "gpu0"),
+        ],
+    )
+    def test_a_bad_inherited_variable_is_refused_before_the_program_starts(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+    ) -> None:
+        """One line naming the variable, status 2, the program never started. Before: it
+        started and died at its first dropped session with a traceback."""
+        monkeypatch.setenv(variable, value)
+        done = self.run(tmp_path)
+        assert (done.returncode, done.stdout, done.stderr.count("\n")) == (2, "", 1)
+        assert variable in done.stderr
+        assert "Traceback" not in done.stderr
+
+    def test_the_usual_spellings_are_the_librarys(self) -> None:
+        """What run reads without torch, the library reads alike (`SWITCH_WORDS`, in any case)."""
+        from onnx_device_guard._cli import _USUAL
+        from onnx_device_guard._policy import SWITCH_WORDS, read_environment
+
+        samples = {
+            "ONNX_DEVICE_GUARD_RESOLUTION_MODE": ["fallback", "fail"],
+            "ONNX_DEVICE_GUARD_FALLBACK_DEVICE": ["cpu", "meta", "mps", "cuda", "cuda:127"],
+            "ONNX_DEVICE_GUARD_WARN": [*SWITCH_WORDS, *map(str.upper, SWITCH_WORDS), "yEs"],
+        }
+        for name, values in samples.items():
+            for value in values:
+                assert re.fullmatch(_USUAL[name], value), (name, value)
+                read_environment({name: f" {value} "})
+        long_s = "ye\u017f"  # matches "yes" ignoring case in Unicode, which .lower() does not
+        assert not re.fullmatch(_USUAL["ONNX_DEVICE_GUARD_WARN"], long_s)
+
+    def test_the_usual_values_are_read_without_torch(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`run --fallback-device cuda:1` and the variables' usual spellings, spaces around
+        them (as the variables take them), start the program without importing torch first.
+        Before: `--fallback-device " cpu "` was refused."""
+        monkeypatch.setenv("ONNX_DEVICE_GUARD_RESOLUTION_MODE", " fallback ")
+        monkeypatch.setenv("ONNX_DEVICE_GUARD_WARN", " Yes ")
         script = tmp_path / "app.py"
         script.write_text("print('ran')\n")
         command = [sys.executable, "-X", "importtime", "-m", "onnx_device_guard", "run"]
-        done = subprocess.run(
-            [*command, "--fallback-device", "cuda:1", "--", sys.executable, str(script)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.stdout == "ran\n"
-        assert re.search(r"\| +torch$", done.stderr, re.MULTILINE) is None
+        for device in ("cuda:1", " cpu "):
+            done = subprocess.run(
+                [*command, "--fallback-device", device, "--", sys.executable, str(script)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert done.stdout == "ran\n", done.stderr
+            assert re.search(r"\| +torch$", done.stderr, re.MULTILINE) is None
 
     @pytest.mark.parametrize("flag", ["-I", "-E", "-S", "-sE"])
     def test_a_python_that_skips_the_watch_is_told_so(self, tmp_path: Path, flag: str) -> None:

@@ -256,24 +256,44 @@ def _run(args: argparse.Namespace) -> int:
     if args.no_warn:
         environ["ONNX_DEVICE_GUARD_WARN"] = "0"
     if args.fallback_device is not None:
-        # The usual devices are read here; torch (seconds to import) reads any other.
-        if not re.fullmatch(
-            r"cpu|meta|mps|cuda(:(1[01]\d|12[0-7]|[1-9]?\d))?", args.fallback_device
-        ):
-            from ._devices import as_device
-            from ._errors import ModelInputError
-
-            try:
-                as_device(args.fallback_device, "--fallback-device")
-            except ModelInputError as error:
-                say_error(f"{PROG} run: error: {error.message}")
-                return 2
         environ["ONNX_DEVICE_GUARD_FALLBACK_DEVICE"] = args.fallback_device
+    refused = _refused(environ, args.fallback_device)
+    if refused is not None:
+        say_error(f"{PROG} run: error: {refused}")
+        return 2
     try:
         os.execvpe(program[0], program, environ)
     except OSError as error:  # as a shell says it: 127 not found, 126 found but not run
         say_error(f"{PROG} run: error: cannot run {program[0]!r}: {error.strerror}")
         return 127 if isinstance(error, FileNotFoundError) else 126
+
+
+# The usual values of the library's variables (_policy.read_environment reads them, spaces
+# around ignored), matched here: torch, seconds to import, reads any other.
+_USUAL = {
+    "ONNX_DEVICE_GUARD_RESOLUTION_MODE": r"fallback|fail",
+    "ONNX_DEVICE_GUARD_FALLBACK_DEVICE": r"cpu|meta|mps|cuda(:(1[01]\d|12[0-7]|[1-9]?\d))?",
+    "ONNX_DEVICE_GUARD_WARN": r"(?ai)1|true|yes|on|0|false|no|off",
+}
+
+
+def _refused(environ: dict[str, str], fallback_device: str | None) -> str | None:
+    """The library's one-line refusal of `--fallback-device` or a variable in `environ`, else
+    `None`, without importing torch for the usual values."""
+    values = {name: environ.get(name, "").strip() for name in _USUAL}
+    if all(not value or re.fullmatch(_USUAL[name], value) for name, value in values.items()):
+        return None
+    from ._devices import as_device
+    from ._errors import ModelInputError
+    from ._policy import read_environment
+
+    try:
+        if fallback_device is not None:  # named as the option, not as the variable it sets
+            as_device(fallback_device.strip(), "--fallback-device")
+        read_environment(environ)
+    except ModelInputError as error:
+        return error.message
+    return None
 
 
 def _startup_skipping(program: list[str]) -> str | None:
