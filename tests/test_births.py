@@ -635,6 +635,14 @@ class TestRunCommand:
         missing = subprocess.run([*command, str(tmp_path / "no")], capture_output=True, check=False)
         assert (found.returncode, missing.returncode) == (126, 127)
 
+    def test_an_empty_program_name_is_one_not_found(self, tmp_path: Path) -> None:
+        """`run -- ""`: one line and 127, as a shell gives. Before: execve's ValueError, a
+        traceback and status 1."""
+        command = [sys.executable, "-m", "onnx_device_guard", "run", "--", ""]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert (done.returncode, done.stderr.count("\n")) == (127, 1), done.stderr
+        assert "cannot run ''" in done.stderr
+
     @pytest.mark.parametrize(
         ("variable", "value"),
         [

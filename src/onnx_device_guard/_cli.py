@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import math
 import os
 import re
@@ -262,6 +263,8 @@ def _run(args: argparse.Namespace) -> int:
         say_error(f"{PROG} run: error: {refused}")
         return 2
     try:
+        if not program[0]:  # execve refuses it (ValueError); a shell finds no such program
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
         os.execvpe(program[0], program, environ)
     except OSError as error:  # as a shell says it: 127 not found, 126 found but not run
         say_error(f"{PROG} run: error: cannot run {program[0]!r}: {error.strerror}")
