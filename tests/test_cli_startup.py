@@ -64,6 +64,7 @@ class TestStartup:
             "__future__",
             "argparse",
             "difflib",
+            "errno",
             "math",
             "os",
             "re",
