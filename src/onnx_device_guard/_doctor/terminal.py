@@ -124,9 +124,10 @@ def write_out(text: str) -> None:
     try:
         if (binary := getattr(stream, "buffer", None)) is None:
             stream.write(text)  # an in-memory stream takes text whole
-        left = memoryview(b"" if binary is None else text.encode(stream.encoding, stream.errors))
-        while left:  # after a short write, the next says why (a broken pipe)
-            left = left[binary.write(left) or 0 :]
+        else:
+            left = memoryview(text.encode(stream.encoding, stream.errors or "strict"))
+            while left:  # after a short write, the next says why (a broken pipe)
+                left = left[binary.write(left) or 0 :]
         stream.flush()
     except OSError as error:
         with contextlib.suppress(OSError, ValueError, AttributeError):
