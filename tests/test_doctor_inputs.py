@@ -274,8 +274,9 @@ class TestRepeatedOptions:
                 ["--providers", "CUDAExecutionProvider:device_id=1,device_id=2"],
                 "--providers 'CUDAExecutionProvider:device_id=1,device_id=2' gives 'device_id' two",
             ),
+            (["--device", "cuda"], "the command line gives '--device' two"),  # before: cuda won
         ],
-        ids=["input", "dim", "provider-option"],
+        ids=["input", "dim", "provider-option", "device"],
     )
     def test_a_name_given_two_values_is_bad_input(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], error: str

@@ -133,6 +133,7 @@ def build_parser() -> _Parser:
     )
     doctor.add_argument(
         "--device",
+        action="append",
         metavar="DEVICE",
         help="the torch device to check, such as cpu, cuda or cuda:1 "
         "(default: cuda when torch sees a CUDA device, else cpu)",

@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
 def make_plan(args: argparse.Namespace) -> Plan:
     """Check the options and the environment, probe the machine; raise `ModelInputError`."""
     settings = read_environment()  # every field is filled in: the built-in defaults are beneath
-    device = None if args.device is None else parse_device(args.device)
+    devices = once("the command line", [("--device", parse_device(d)) for d in args.device or []])
+    device = devices.get("--device")
     providers = None if args.providers is None else list(map(parse_provider, args.providers))
     options = InferenceOptions(
         overrides=once("--input", [(o.name, o) for o in map(parse_input_option, args.input)]),
