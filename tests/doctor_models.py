@@ -110,12 +110,13 @@ def sample_rate(path: Path, name: str = "sr") -> Path:
     return _save(graph, path)
 
 
-def seven_samples(path: Path) -> Path:
-    """Reshapes x float[length] to [7]: no size the doctor tries fits, --dim length=7 does."""
+def seven_samples(path: Path, length: int | str = "length") -> Path:
+    """Reshapes x float[length] to [7]: no size the doctor tries fits, --dim length=7 does
+    (a fixed `length` other than 7: nothing fits)."""
     graph = helper.make_graph(
         [helper.make_node("Reshape", ["x", "seven"], ["y"])],
         "seven_samples",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["length"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [length])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [_const("seven", [7])],
     )

@@ -86,6 +86,24 @@ class TestSearchOnModelsThatRefuseSizeOne:
         assert "cannot be reshaped to the requested shape" in check.detail
         assert "onnxruntime::" not in check.detail  # the C++ signature is cut
 
+    def test_a_fixed_shape_model_is_advised_only_what_it_takes(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """x float[4], which no run fits: the fix offers a value, never a shape or --dim, and
+        a shape given is refused as fixed. Before: `--input NAME=SHAPE[:VALUE]` or `--dim
+        NAME=N`, both refused, the refusal saying "(? is dynamic)" of a shape with no '?'."""
+        model = str(doctor_models.seven_samples(tmp_path / "m.onnx", length=4))
+
+        code, report = doctor_json(capsys, model, "--device", "cpu")
+
+        assert (code, report["inference"]["inputs"]) == (4, ["x"])
+        fix = report["findings"][-1]["fix"]
+        assert "`--input x=:VALUE`" in fix
+        assert "SHAPE" not in fix
+        assert "--dim" not in fix
+        assert main(["doctor", model, "--device", "cpu", "--input", "x=7"]) == 2
+        assert capsys.readouterr().err.endswith("its input 'x' has shape 4 (fixed)\n")
+
     def test_a_wrong_scalar_value_is_inconclusive_naming_it(self, tmp_path: Path) -> None:
         """A scalar whose name gives no hint gets 1; refused, the report names that input."""
         model = doctor_models.sample_rate(tmp_path / "m.onnx", name="k")

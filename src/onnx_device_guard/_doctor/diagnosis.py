@@ -380,6 +380,8 @@ def _inconclusive_fix(check: InferenceCheck) -> str:
     options = listed([f"`{hint}`" for hint in check.hints], separator=" or ") or (
         "`--input NAME=SHAPE[:VALUE]` or `--dim NAME=N`"
     )
+    if "SHAPE" not in options:  # fixed shapes: only a value can change
+        return f"Give {named} a value the model accepts: {options}, VALUE filled in; or {alone}"
     return (
         f"Give {named} a shape and value the model accepts: {options}, with the capitals filled "
         f"in (as in `--input x=1x3x224x224`, `--input sr=:16000` or `--dim height=64`); or {alone}"

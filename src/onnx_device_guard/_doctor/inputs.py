@@ -211,7 +211,7 @@ def check_overrides(
             shown = "x".join("?" if dim is None else str(dim) for dim in declared) or "[]"
             raise ModelInputError(
                 f"--input {override.text!r} does not fit '{label}': its input {name!r} has "
-                f"shape {shown} (? is dynamic)"
+                f"shape {shown} ({'? is dynamic' if '?' in shown else 'fixed'})"
             )
         if value is not None and not _fits(value, dtype):
             raise ModelInputError(

@@ -475,11 +475,8 @@ class _Run:
         self, tried: Sequence[tuple[InputSpec, ...]], error: str, inputs: Sequence[ModelInput]
     ) -> InferenceCheck:
         """Every input set tried was refused by the model's own operators."""
-        culprits = mentioned_inputs(error, inputs) or tuple(
-            model_input.name
-            for model_input in inputs
-            if model_input.dynamic or model_input.one_integer
-        )
+        suspects = [item for item in inputs if item.dynamic or item.one_integer] or inputs
+        culprits = mentioned_inputs(error, inputs) or tuple(item.name for item in suspects)
         what = f"the inputs {_shown(tried[0])}"
         if len(tried) > 1:
             what = (
@@ -487,7 +484,7 @@ class _Run:
                 f"to {_shown(tried[-1])}"
             )
         hints = [
-            f"--input {item.name}=:VALUE" if item.one_integer else f"--input {item.name}=SHAPE"
+            f"--input {item.name}=SHAPE" if item.dynamic else f"--input {item.name}=:VALUE"
             for item in inputs
             if item.name in culprits
         ]
