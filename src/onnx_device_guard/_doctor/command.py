@@ -33,7 +33,7 @@ from .probe import (
     environment,
     model_inputs,
 )
-from .render import render_any_json, render_json_error, render_many, render_section
+from .render import render_any_json, render_many, render_section
 from .terminal import (
     PREFIX,
     OutputError,
@@ -206,7 +206,9 @@ def _report(plan: Plan, progress: Progress) -> int:
         result = _check_one(plan, target, progress, f"[{number}/{count}] " if count > 1 else "")
         progress.clear()
         if isinstance(result, ModelError) and alone:  # a bad model, or a folder without any
-            return _single_error(plan, result)
+            say_error(PREFIX + result.message)  # one line, and its JSON object if asked for
+            if not plan.json:
+                return EXIT_BAD_INPUT
         results.append(result)
     env = replace(plan.check.env, cuda_libraries_loaded=loaded_cuda_libraries())
     results = [replace(r, environment=env) if isinstance(r, Facts) else r for r in results]
@@ -239,14 +241,6 @@ def _check_one(plan: Plan, target: Target, progress: Progress, prefix: str) -> F
         return ModelError(shown, error.message)
     except EnvironmentConfigurationError as error:  # the session cannot read the fallback either
         return ModelError(shown, f"{FALLBACK_DEVICE}: {error.message} Fix or unset the variable.")
-
-
-def _single_error(plan: Plan, error: ModelError) -> int:
-    """One model that cannot be checked: one line on stderr, and JSON if asked for."""
-    say_error(PREFIX + error.message)
-    if plan.json:
-        write_out(json.dumps(render_json_error(error), indent=2) + "\n")
-    return EXIT_BAD_INPUT
 
 
 def _write(plan: Plan, text: str) -> None:
