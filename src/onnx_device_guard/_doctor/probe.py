@@ -193,10 +193,11 @@ def import_onnxruntime() -> Any:
     """Import and return onnxruntime, or raise `ModelInputError` saying why not in one line."""
     try:
         import onnxruntime
-    except ImportError as error:
+    except Exception as error:  # a broken build can raise anything while loading its library
         if not isinstance(error, ModuleNotFoundError) or error.name != "onnxruntime":
             raise ModelInputError(
-                f"onnxruntime is installed but cannot be imported: {one_line(error, 500)}"
+                f"onnxruntime is installed but importing it raised {type(error).__name__}: "
+                f"{one_line(error, 500)}; reinstall exactly one onnxruntime package"
             ) from None
         if owners := [dist.name for dist in onnxruntime_distributions() if dist.provides_module]:
             raise ModelInputError(
@@ -206,11 +207,6 @@ def import_onnxruntime() -> Any:
         raise ModelInputError(
             "onnxruntime is not installed; install exactly one onnxruntime package: "
             "pip install onnxruntime (CPU) or pip install onnxruntime-gpu (CUDA)"
-        ) from None
-    except Exception as error:  # a broken build can raise anything while loading its library
-        raise ModelInputError(
-            f"onnxruntime is installed but importing it raised {type(error).__name__}: "
-            f"{one_line(error, 500)}; reinstall exactly one onnxruntime package"
         ) from None
     return onnxruntime
 
