@@ -657,7 +657,10 @@ class TestRunCommand:
         """One line naming the variable, status 2, the program never started. Before: it
         started and died at its first dropped session with a traceback."""
         monkeypatch.setenv(variable, value)
-        done = self.run(tmp_path)
+        script = tmp_path / "app.py"
+        script.write_text(self.SCRIPT)
+        command = [sys.executable, "-m", "onnx_device_guard", "run", "--", sys.executable]
+        done = subprocess.run([*command, str(script)], capture_output=True, text=True, check=False)
         assert (done.returncode, done.stdout, done.stderr.count("\n")) == (2, "", 1)
         assert variable in done.stderr
         assert "Traceback" not in done.stderr
