@@ -1740,6 +1740,44 @@ class TestWhoOwnsABirth:
         (text,) = fallbacks(caught)
         assert "model Loud" in text
 
+    def test_a_load_ending_while_another_has_yet_to_claim_its_worker_session_leaves_it(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A load counts as in flight until its model has claimed its sessions: another load
+        ending between the first's call and its alignment leaves the first's worker session
+        to it, which reports it naming its model.
+
+        Before: the second load reported it as no model's, so the first said nothing more.
+        """
+        from onnx_device_guard import _model_alignment
+
+        at, go = threading.Event(), threading.Event()
+
+        def pause_before_aligning(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code is _model_alignment.align_model.__code__:
+                sys.settrace(None)
+                at.set()
+                go.wait(10)
+
+        class Worker:
+            def __init__(self) -> None:
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                    self.session = pool.submit(session).result()
+                self.device = "cuda"
+
+        def first() -> None:
+            sys.settrace(pause_before_aligning)
+            device_guard(lambda: Worker())()
+
+        thread = threading.Thread(target=first)
+        thread.start()
+        at.wait(10)
+        device_guard(lambda: types.SimpleNamespace(session=session(CPU), device="cpu"))()
+        go.set()
+        thread.join()
+        (text,) = fallbacks(caught)
+        assert "model Worker" in text
+
     @pytest.mark.parametrize("outcome", ["raises", "fails"])
     def test_a_drop_another_thread_makes_during_a_failed_load_is_reported(
         self, outcome: str, caught: list[warnings.WarningMessage]

@@ -82,10 +82,11 @@ _LOAD: ContextVar[collecting | None] = ContextVar("onnx_device_guard_load", defa
 class collecting:  # noqa: N801 - a context manager, named for what its block does
     """Collect the sessions born in this context during the block; an outer load gets them too."""
 
-    __slots__ = ("_outer", "_token", "born", "frame", "heard", "since")
+    __slots__ = ("_outer", "_token", "born", "frame", "heard", "in_flight", "since")
 
     def __enter__(self) -> collecting:
         _LOADS.append(None)  # before `use`: an unhook from now on waits for this load
+        self.in_flight = True  # until `settle(self)`, once its model has claimed its sessions
         if not (_permanent and (_hooks or _waiting_for_import)):
             use(permanent=True)
         self.born: list[object] = []
@@ -97,12 +98,11 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        _LOADS.pop()
         _LOAD.reset(self._token)
         self.frame = None  # finished: a task it started still sees it, and `open_load` skips it
         if exc_info[1] is not None:  # no model to align: its sessions are no model's
             to_watch(self.born, raising=False)
-            settle()
+            settle(self)
 
 
 def open_load() -> collecting | None:
@@ -343,10 +343,16 @@ def release() -> None:
         _unhook_if_unused()
 
 
-def settle() -> None:
-    """A load is over: the last one in flight reports what no load claimed, and unhooks if
-    nothing needs the hooks."""
-    report_unclaimed()
+def settle(
+    collected: collecting | None = None, since: int | None = None, settings: Resolved | None = None
+) -> None:
+    """A load is over (`collected`'s, once its model claimed its sessions): the last one in
+    flight reports what no load claimed (as `report_unclaimed`), and unhooks if nothing needs
+    the hooks."""
+    if collected is not None and collected.in_flight:
+        collected.in_flight = False
+        _LOADS.pop()
+    report_unclaimed(since, settings)
     if not (_LOADS or _users or _PENDING):  # read without the lock, and again under it
         _unhook_if_unused()
 

@@ -291,7 +291,7 @@ def _align(instance: object, cls: type, calls: dict[type, Any], collected: colle
             align_model(instance, load, collected)
             return
     pass_on(collected.born, owned=False)  # unguarded while it was built: its sessions are not lost
-    settle()
+    settle(collected)
 
 
 def _init_signature(cls: type) -> inspect.Signature | None:
@@ -316,7 +316,7 @@ def _new_wrapper(cls: type, new: Any) -> Any:
             _align(instance, klass, {klass: (args, kwargs)}, collected)
         else:  # its __init__ runs next, in a load of its own (none, when pickle calls it)
             pass_on(collected.born, owned=False)
-            settle()
+            settle(collected)
         return instance
 
     __new__.__qualname__ = f"{cls.__qualname__}.__new__"

@@ -23,7 +23,6 @@ from ._births import (
     collecting,
     open_load,
     pass_on,
-    report_unclaimed,
     reported_by_load,
     settle,
     to_watch,
@@ -65,14 +64,14 @@ def align_model(
     """Align `model` with its sessions (`collected` in the `load`); `None` for one with none yet."""
     named = load.options.session_attr is not None
     born = None if collected is None else collected.born
-    if born:  # held weakly from now: one the load made and let go of is not the model's
-        refs, born[:] = tuple(map(weakref.ref, born)), ()
-        born = [session for ref in refs if (session := ref()) is not None]
-        if born and not named:
-            load.born = refs  # a dead one among them is skipped where they are read
-    if (around := collected or open_load()) is not None:  # `realign` in a load: part of it
-        load.heard, load.since = around.heard, around.since
     try:
+        if born:  # held weakly from now: one the load made and let go of is not the model's
+            refs, born[:] = tuple(map(weakref.ref, born)), ()
+            born = [session for ref in refs if (session := ref()) is not None]
+            if born and not named:
+                load.born = refs  # a dead one among them is skipped where they are read
+        if (around := collected or open_load()) is not None:  # `realign` in a load: part of it
+            load.heard, load.since = around.heard, around.since
         aligned = load.align(model)
         if load.moved:  # a change's own alignment may have raced the load's write: again
             aligned = load.align(model, followed=True)
@@ -83,10 +82,11 @@ def align_model(
     else:
         if born:  # the load around it has them too; those it does not name go on their own
             pass_on(born, owned=not named, settings=load.made_with)
-        if collected is not None:  # born in another thread meanwhile and not claimed: a worker's
-            report_unclaimed(collected.since if aligned is None else None, load.made_with)
+        if collected is not None:  # claimed: what another thread made meanwhile is not (a
+            # worker's it hides, when its model shows no session, maybe)
+            settle(collected, collected.since if aligned is None else None, load.made_with)
     finally:  # the hooks an undo left to the loads in flight go once the last is aligned
-        settle()
+        settle(collected)
     return aligned
 
 
