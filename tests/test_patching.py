@@ -495,6 +495,27 @@ class TestNotYetImported:
             assert not hasattr(guarded.__wrapped__, "__wrapped__")
         assert package.load is package.models.load
 
+    def test_two_names_patched_before_import_hold_until_both_are_undone(
+        self, fake_package: FakePackage
+    ) -> None:
+        """The second name's handle is on the first name's patch, as when both were imported:
+        undoing the first leaves the loader guarded until the second is undone too.
+
+        Before: the second name kept a patch of its own that never applied, so undoing the
+        first left the loader unguarded behind a handle that said it was active.
+        """
+        first = patch(fake_package.target(".models:load"))
+        second = patch(fake_package.target(":load"))
+        package = fake_package.module()
+        original = package.models.load.__wrapped__
+        first.undo()
+        assert second.active
+        assert package.load().device == "cpu"
+        second.undo()
+        assert package.load is original
+        assert package.models.load is original
+        assert package.load().device == "cuda"
+
     def test_two_names_with_other_options_before_import(self, fake_package: FakePackage) -> None:
         """Other options under a second name raise out of the import."""
         first = patch(fake_package.target(".models:load"))

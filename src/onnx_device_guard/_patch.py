@@ -225,7 +225,7 @@ class Patch(contextlib.AbstractContextManager["Patch"]):
     @property
     def active(self) -> bool:
         """Whether this handle is not undone and its module still holds the target."""
-        return not self._undone and not self._installation.lost
+        return not self._undone and not self._held().lost
 
     def undo(self) -> None:
         """Give up this handle; the last one on a patch puts back what it replaced.
@@ -252,15 +252,24 @@ class Patch(contextlib.AbstractContextManager["Patch"]):
             if self._undone:
                 return
             self._undone = True
-            self._installation.handles -= 1
-            if self._installation.handles == 0:
-                self._installation.stop()
+            held = self._held()
+            held.handles -= 1
+            if held.handles == 0:
+                held.stop()
 
     def __exit__(self, *exc_info: object) -> None:
         self.undo()
 
+    def _held(self) -> _Installation:
+        """The patch this handle is on: another name's, when its own turned out to be on the
+        object that name patched first (both waited for their modules)."""
+        installation = self._installation
+        while installation.merged_into is not None:
+            installation = installation.merged_into
+        return installation
+
     def __repr__(self) -> str:
-        state = "undone" if self._undone else "lost" if self._installation.lost else "active"
+        state = "undone" if self._undone else "lost" if self._held().lost else "active"
         return f"<onnx_device_guard patch {self.target!r} ({state})>"
 
 
@@ -275,6 +284,7 @@ class _Installation:
     handles: int = 0
     cancelled: bool = False
     lost: bool = False
+    merged_into: _Installation | None = None
     undo_steps: list[Callable[[], None]] = field(default_factory=list)
 
     def stop(self) -> None:
@@ -401,11 +411,16 @@ class _PatchingLoader(wrapt.ObjectProxy[Any]):
             failure: ModelInputError | None = None
             for installation in [i for i in _installed.values() if i.module_name == name]:
                 try:  # what an earlier run of the module replaced stays replaced until undo()
-                    installation.apply(module)
+                    held = installation.apply(module)
                 except ModelInputError as error:
                     installation.lost = True  # its handles are no longer active
                     installation.forget()  # a new patch() may take its place
                     failure = failure or error
+                else:
+                    if held is not installation:  # the object another name patched first:
+                        held.handles += installation.handles  # its handles go on that patch
+                        installation.handles, installation.merged_into = 0, held
+                        installation.forget()
             if failure is not None:
                 raise failure
 
