@@ -711,6 +711,31 @@ class TestRunCommand:
         assert "cannot start" in done.stderr
         assert "made" not in done.stdout
 
+    @pytest.mark.parametrize(
+        "line", ["#!{python} -I", "#!/usr/bin/env -S {python} -sE", "#!{python}"]
+    )
+    def test_a_script_is_read_for_the_options_of_its_interpreter_line(
+        self, tmp_path: Path, line: str
+    ) -> None:
+        """`run -- ./app.py` reads app.py's `#!` line as it reads a `python ...` command line."""
+        script = tmp_path / "app.py"
+        script.write_text(line.format(python=sys.executable) + "\n" + self.SCRIPT)
+        script.chmod(0o755)
+        done = subprocess.run(
+            [sys.executable, "-m", "onnx_device_guard", "run", "--", "./app.py"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tmp_path,
+        )
+        if line == "#!{python}":
+            assert done.returncode == 7, done.stderr
+            assert "DeviceFallbackWarning" in done.stderr
+        else:
+            assert done.returncode == 2
+            assert re.search(r"-s?[IE] in its #! line ignores PYTHONPATH", done.stderr), done.stderr
+            assert "made" not in done.stdout
+
 
 PACKAGE = """
 import onnxruntime

@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import difflib
 import errno
+import itertools
 import math
 import os
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -301,16 +303,17 @@ def _refused(environ: dict[str, str], fallback_device: str | None) -> str | None
 
 
 def _startup_skipping(program: list[str]) -> str | None:
-    """The interpreter option of a `python ...` command line that would keep the watch out.
+    """The interpreter option that would keep the watch out of a `python ...` command line,
+    or of a script whose `#!` line runs Python.
 
     Read as Python reads its options: clustered (`-bI`), `-W` and `-X` taking the rest of
     their cluster or the next argument as their value, and `-c`, `-m` or the script
     ending them.
     """
-    # python3.13t (free-threaded), python3.12-dbg, pypy3 and python.exe are Pythons too.
-    interpreter = r"(?:python|pypy)[0-9.]*[a-z]?(?:-dbg)?(?:\.exe)?"
-    if not re.fullmatch(interpreter, os.path.basename(program[0]), re.IGNORECASE):
-        return None
+    if not _python(program[0]):
+        words = _interpreter_line(program[0])
+        flags = _startup_skipping(words + program[:1]) if words and _python(words[0]) else None
+        return flags and f"{flags} in its #! line"
     arguments = iter(program[1:])
     for argument in arguments:
         if not argument.startswith("-") or argument in ("-", "--"):
@@ -321,6 +324,26 @@ def _startup_skipping(program: list[str]) -> str | None:
         elif kind:
             return argument if kind == "skips" else None
     return None
+
+
+def _python(program: str) -> bool:
+    # python3.13t (free-threaded), python3.12-dbg, pypy3 and python.exe are Pythons too.
+    interpreter = r"(?:python|pypy)[0-9.]*[a-z]?(?:-dbg)?(?:\.exe)?"
+    return re.fullmatch(interpreter, os.path.basename(program), re.IGNORECASE) is not None
+
+
+def _interpreter_line(program: str) -> list[str]:
+    """The interpreter and its options that a script's `#!` line names (`env` and its
+    options left out), or `[]` for a program that is not such a script."""
+    try:
+        with open(shutil.which(program) or program, "rb") as script:
+            line = script.readline(512).decode(errors="replace")
+    except (OSError, ValueError):
+        return []
+    words = line[2:].split() if line.startswith("#!") else []
+    if words and os.path.basename(words[0]) == "env":
+        words = list(itertools.dropwhile(lambda word: word[:1] == "-" or "=" in word, words[1:]))
+    return words
 
 
 def _cluster(argument: str) -> str:
