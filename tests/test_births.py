@@ -564,10 +564,11 @@ class TestRunCommand:
         quiet = self.run(tmp_path, "--no-warn")
         assert quiet.returncode == 7
         assert "DeviceFallbackWarning" not in quiet.stderr
-        bad = self.run(tmp_path, "--fallback-device", "gpu0")
-        assert bad.returncode == 2
-        assert "gpu0" in bad.stderr
-        assert bad.stderr.count("\n") == 1
+        for device in ("gpu0", "", " "):  # before: an empty one ran with the default cpu
+            bad = self.run(tmp_path, "--fallback-device", device)
+            assert bad.returncode == 2
+            assert f"--fallback-device={device.strip()!r}" in bad.stderr
+            assert bad.stderr.count("\n") == 1
 
     def test_a_probe_for_onnxruntime_keeps_the_watch(self, tmp_path: Path) -> None:
         """`importlib.util.find_spec("onnxruntime")` (an "is it installed?" check) first.

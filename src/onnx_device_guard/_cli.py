@@ -287,7 +287,9 @@ def _refused(environ: dict[str, str], fallback_device: str | None) -> str | None
     """The library's one-line refusal of `--fallback-device` or a variable in `environ`, else
     `None`, without importing torch for the usual values."""
     values = {name: environ.get(name, "").strip() for name in _USUAL}
-    if all(not value or re.fullmatch(_USUAL[name], value) for name, value in values.items()):
+    usual = (not value or re.fullmatch(_USUAL[name], value) for name, value in values.items())
+    # An empty variable is unset; an empty --fallback-device is a bad device.
+    if (fallback_device is None or fallback_device.strip()) and all(usual):
         return None
     from ._devices import as_device
     from ._errors import ModelInputError
