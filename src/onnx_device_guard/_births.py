@@ -304,11 +304,10 @@ _users = 0
 """How many watches and patches need the hooks."""
 _permanent = False
 """Whether a guarded load or a pending model needs them until the last `release()`."""
-_hooks: list[tuple[Any, str, Any, bool, object]] = []
-"""The hooks in place: (class, attribute, the wrapper put there, whether the class inherited
-what it wrapped, its token in `_LIVE`); `InferenceSession`'s first."""
-_LIVE: set[object] = set()
-"""The tokens of the hooks in place: a wrapper left inside someone else's passes calls through."""
+_hooks: dict[object, tuple[Any, str, Any, bool, object]] = {}
+"""The hooks in place, by their token: (class, attribute, the wrapper put there, whether the
+class inherited what it wrapped, the token); `InferenceSession`'s first. A wrapper whose token
+is gone (left inside someone else's) passes calls through."""
 _waiting_for_import = False
 _MADE: dict[tuple[Any, str], tuple[Any, str, Any, bool, object]] = {}
 """The last hook made on each class and attribute, as in `_hooks`, to put back cheaply."""
@@ -366,8 +365,7 @@ def _unhook_if_unused() -> None:
             _permanent = needed  # following(): a guarded model still follows its sessions
             return
         while _hooks:
-            owner, name, wrapper, inherited, token = _hooks.pop()
-            _LIVE.discard(token)  # from now on it passes calls through, wherever it is
+            owner, name, wrapper, inherited, _ = _hooks.popitem()[1]  # now passes calls through
             if vars(owner).get(name) is not wrapper:  # wrapped since by someone: spliced out
                 import wrapt  # of their wrapt chain if it can be
 
@@ -410,13 +408,12 @@ def _install(onnxruntime: Any) -> None:
                 or ((now is MISSING) == made[3] and getattr(owner, name) is made[2].__wrapped__)
             ):
                 token = object()
-                live = functools.partial(_LIVE.__contains__, token)  # a left-over one is off
+                live = functools.partial(_hooks.__contains__, token)  # a left-over one is off
                 wrapper = wrapt.wrap_object(owner, name, wrapt.FunctionWrapper, (hook, live))
                 made = _MADE[owner, name] = (owner, name, wrapper, now is MISSING, token)
             elif now is not made[2]:
                 setattr(owner, name, made[2])
-            _hooks.append(made)
-            _LIVE.add(made[4])
+            _hooks[made[4]] = made
 
 
 def _on_add_provider(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
