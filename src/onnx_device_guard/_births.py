@@ -537,15 +537,17 @@ def _asked(
 def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any:
     """`InferenceSession.set_providers`, wrapped: its birth record says what it asks for now,
     before the models following it are aligned again; a drop no model reports is the watch's."""
-    wrapped = functools.partial(_rebuilding, wrapped, session)
     birth = birth_of(session)
-    if birth is None:
-        return on_set_providers(wrapped, session, args, kwargs)
     # onnxruntime's own fallback in run(), handling an EPFail: what was asked for stands.
     falling_back = type(sys.exc_info()[1]).__name__ == "EPFail"
 
     def set_providers(*args: Any, **kwargs: Any) -> Any:
-        result = wrapped(*args, **kwargs)  # onnxruntime's own errors for arguments it refuses
+        if (lock := RESETTING.get(session)) is None:  # readers of its providers wait for it
+            RESETTING.set(session, lock := threading.RLock())  # its own thread never waits
+        with lock:
+            result = wrapped(*args, **kwargs)  # onnxruntime's own errors for arguments it refuses
+        if birth is None:
+            return result
         with contextlib.suppress(Exception):  # never break the user's call over a record
             birth.got, birth.reported = tuple(_ORIGINAL.get_providers(session)), False
             if not falling_back:
@@ -561,14 +563,6 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
     watches = followers.watches.values() if followers is not None else ()
     to_watch([session], settings=next((w.settings for w in watches if w.model()), None))
     return result
-
-
-def _rebuilding(wrapped: Any, session: Any, *args: Any, **kwargs: Any) -> Any:
-    """onnxruntime's `set_providers`, while readers of the session's providers wait for it."""
-    if (lock := RESETTING.get(session)) is None:
-        RESETTING.set(session, lock := threading.RLock())  # its own thread never waits
-    with lock:
-        return wrapped(*args, **kwargs)
 
 
 def report_birth(birth: Birth, raising: bool = True, settings: Resolved | None = None) -> None:
