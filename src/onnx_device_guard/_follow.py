@@ -116,14 +116,13 @@ def watch(  # noqa: PLR0913 - the model, its sessions, the callback, and three k
             _warn_once(_NOT_SESSIONS, type(session), message + _AT_LOAD_ONLY, logging.DEBUG)
             continue
         entry = (id(model), key)
-        followers = _FOLLOWED.get(session)
-        existing = None if followers is None else followers.watches.get(entry)
-        if existing is None or existing.model() is not model:  # new, or a dead model's id
-            with _LOCK:  # against stop_following: a load racing undo() leaves no watch
-                if origin is not None and origin.cancelled:
-                    return
-                if (followers := _FOLLOWED.get(session)) is None:
-                    _FOLLOWED.set(session, followers := _Followers(threading.RLock(), {}))
+        with _LOCK:  # against stop_following: a load racing undo() leaves no watch
+            if origin is not None and origin.cancelled:
+                return
+            if (followers := _FOLLOWED.get(session)) is None:
+                _FOLLOWED.set(session, followers := _Followers(threading.RLock(), {}))
+            existing = followers.watches.get(entry)
+            if existing is None or existing.model() is not model:  # new, or a dead model's id
                 forget = functools.partial(_forget, followers.watches, entry)
                 reference = weakref.ref(model, forget)
                 watched = _Watch(reference, session_name, on_change, origin, settings)
