@@ -122,12 +122,10 @@ origin (those without a session yet, and those that follow theirs)."""
 def await_births(model: object, check: Callable[[Any, object], object], origin: object) -> bool:
     """Check each session a method of `model` opens with `check` (until `origin`'s undo);
     `False` if it takes no weak reference."""
-    key = id(model)
-    try:
-        reference = weakref.ref(model, functools.partial(_forget, _PENDING, key))
-    except TypeError:
+    if not type(model).__weakrefoffset__:  # no weak reference to it: cheaper than trying one
         return False
-    _PENDING[key] = (reference, check, origin)
+    key = id(model)
+    _PENDING[key] = (weakref.ref(model, functools.partial(_forget, _PENDING, key)), check, origin)
     if not (_permanent and (_hooks or _waiting_for_import)):
         use(permanent=True)
     return True
