@@ -1282,6 +1282,33 @@ class TestRunSeesOnlyInterpreterOptions:
 
 
 class TestHooksComeOff:
+    def test_an_abandoned_async_load_ends(self) -> None:
+        """A guarded coroutine closed by the collector, in another context, ends its load.
+
+        Before: resetting the load's context variable raised there, so the load stayed in
+        flight for good: the hooks never came off and no later drop no model shows was said."""
+        script = textwrap.dedent(
+            """
+            import asyncio, gc, onnxruntime
+            from onnx_device_guard import device_guard
+            init = vars(onnxruntime.InferenceSession)["__init__"]
+
+            @device_guard(device="cpu", require_session=False)
+            async def slow_load():
+                await asyncio.sleep(60)
+
+            loop = asyncio.new_event_loop()
+            task = loop.create_task(slow_load())
+            loop.run_until_complete(asyncio.sleep(0.01))
+            loop.close()
+            del task
+            gc.collect()
+            assert vars(onnxruntime.InferenceSession)["__init__"] is init
+            print("unhooked")
+            """
+        )
+        assert_prints(script, "unhooked")
+
     def test_the_last_waiting_model_collected_unhooks_onnxruntime(self) -> None:
         """A guarded lazy model keeps the hooks while alive; once it is collected they come off."""
         script = textwrap.dedent(

@@ -98,7 +98,8 @@ class collecting:  # noqa: N801 - a context manager, named for what its block do
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        _LOAD.reset(self._token)
+        with contextlib.suppress(ValueError):  # a coroutine closed elsewhere: not this context's
+            _LOAD.reset(self._token)
         self.frame = None  # finished: a task it started still sees it, and `open_load` skips it
         if exc_info[1] is not None:  # no model to align: its sessions are no model's
             to_watch(self.born, raising=False)
