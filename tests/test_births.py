@@ -1757,6 +1757,35 @@ class TestWhoOwnsABirth:
         assert text.startswith("onnxruntime dropped CUDAExecutionProvider")
         assert "tiny.onnx" in text
 
+    def test_a_quiet_load_in_flight_does_not_quiet_another_threads_drop(
+        self, caught: list[warnings.WarningMessage]
+    ) -> None:
+        """A session an unrelated thread opens while a `warn=False` load runs, which no model
+        shows, is warned about as any such session is.
+
+        Before: the quiet load, alone in flight and its model showing no session, lent it its
+        settings, so the drop was said at DEBUG only.
+        """
+        loading, made = threading.Event(), threading.Event()
+        kept: list[object] = []
+
+        def quiet_load() -> Any:
+            loading.set()
+            made.wait(5)
+            return types.SimpleNamespace(device="cpu")
+
+        def unrelated() -> None:
+            loading.wait(5)
+            kept.append(session())
+            made.set()
+
+        other = threading.Thread(target=unrelated)
+        other.start()
+        device_guard(warn=False, require_session=False)(quiet_load)()
+        other.join()
+        (text,) = fallbacks(caught)
+        assert text.startswith("onnxruntime dropped CUDAExecutionProvider")
+
     def test_a_quiet_load_ending_first_leaves_another_loads_worker_session_to_it(
         self, caught: list[warnings.WarningMessage]
     ) -> None:

@@ -451,7 +451,7 @@ class TestProviderChangesInAnotherThread:
         def load() -> Model:
             return Model(session, "cuda:1")
 
-        load()  # the hooks are in place before the change starts
+        kept = load()  # the hooks are in place before the change starts (it follows its session)
         rebuilding.set()
         changer = threading.Thread(target=session.set_providers, args=([CPU_NAME],))
         changer.start()
@@ -460,6 +460,7 @@ class TestProviderChangesInAnotherThread:
         threading.Timer(0.2, resume.set).start()
         assert load().device == "cpu"  # read once rebuilt: the CPU only
         changer.join()
+        assert kept.device == "cpu"
 
     def test_a_change_during_the_loads_write_is_not_undone_by_it(self) -> None:
         """A change whose own alignment ran before the load wrote its stale device: the load

@@ -62,10 +62,9 @@ class Birth:
 
 
 _NUMBERS = itertools.count(1)
-_ELSEWHERE: list[tuple[int, weakref.ref[Any], bool]] = []
+_ELSEWHERE: list[tuple[int, weakref.ref[Any]]] = []
 """The sessions born outside every load while one was in flight (a worker thread's, or an
-unrelated thread's: nothing tells them apart) until the last ends: their birth numbers, and
-whether that load was alone."""
+unrelated thread's: nothing tells them apart) until the last ends, with their birth numbers."""
 _RECORDS: ObjectTable[Birth] = ObjectTable()
 """The birth of each observed session alive."""
 _ADDED: weakref.WeakKeyDictionary[Any, list[tuple[Any, Any]]] = weakref.WeakKeyDictionary()
@@ -341,16 +340,14 @@ def release() -> None:
         _unhook_if_unused()
 
 
-def settle(
-    collected: collecting | None = None, since: int | None = None, settings: Resolved | None = None
-) -> None:
+def settle(collected: collecting | None = None) -> None:
     """A load is over (`collected`'s, once its model claimed its sessions): the last one in
     flight reports what no load claimed (as `report_unclaimed`), and unhooks if nothing needs
     the hooks."""
     if collected is not None and collected.in_flight:
         collected.in_flight = False
         _LOADS.pop()
-    report_unclaimed(since, settings)
+    report_unclaimed()
     if not (_LOADS or _users or _PENDING):  # read without the lock, and again under it
         _unhook_if_unused()
 
@@ -465,7 +462,7 @@ def _born_outside(birth: Birth, session: object) -> None:
         if loads := len(_LOADS):
             if len(_ELSEWHERE) > 64:  # while loads overlap: the dead go
                 _ELSEWHERE[:] = [entry for entry in _ELSEWHERE if entry[1]() is not None]
-            _ELSEWHERE.append((birth.number, weakref.ref(session), loads == 1))
+            _ELSEWHERE.append((birth.number, weakref.ref(session)))
     if birth.dropped and (_WATCHES or not loads) and not birth.reported:
         report_birth(birth, raising=bool(_WATCHES))
     elif loads:  # the last load may have ended meanwhile, finding nothing to report
@@ -484,26 +481,24 @@ def _record(session: Any, source: Any, sess_options: Any, providers: Any, option
     return Birth(file, *_asked(file, providers, options, got), got, number=next(_NUMBERS))
 
 
-def report_unclaimed(since: int | None = None, settings: Resolved | None = None) -> None:
+def report_unclaimed() -> None:
     """Once no load is in flight, report the drops of the sessions born outside every load
-    meanwhile that none claimed: with `settings`, those born after the birth number `since`."""
+    meanwhile that none claimed, with the settings in force: never a load's, as an unrelated
+    thread may have made one (a quiet load must not silence it)."""
     if _LOADS or not _ELSEWHERE:  # the usual case, read without the lock
         return
     with _LOCK:
         if _LOADS:
             return
         left, _ELSEWHERE[:] = list(_ELSEWHERE), []
-    for number, ref, alone in left:  # the load's settings for a session only it could own
-        if (session := ref()) is not None:
-            own = alone and since is not None and number > since
-            to_watch([session], raising=False, settings=settings if own else None)
+    to_watch([session for _, ref in left if (session := ref()) is not None], raising=False)
 
 
 def born_elsewhere(since: int | None) -> list[object]:
     """The sessions alive that were born outside every load since the birth number `since`."""
     if since is None or not _ELSEWHERE:
         return []
-    return [s for number, ref, _ in list(_ELSEWHERE) if number > since and (s := ref()) is not None]
+    return [s for number, ref in list(_ELSEWHERE) if number > since and (s := ref()) is not None]
 
 
 def _asked(

@@ -64,7 +64,6 @@ def align_model(
     """Align `model` with its sessions (`collected` in the `load`); `None` for one with none yet."""
     named = load.options.session_attr is not None
     born = None if collected is None else collected.born
-    since = None  # what another thread made meanwhile is reported with this load's settings
     try:
         if born:  # held weakly from now: one the load made and let go of is not the model's
             refs, born[:] = tuple(map(weakref.ref, born)), ()
@@ -83,10 +82,8 @@ def align_model(
     else:
         if born:  # the load around it has them too; those it does not name go on their own
             pass_on(born, owned=not named, settings=load.made_with)
-        if collected is not None and aligned is None:  # when its model shows no session: a
-            since = collected.since  # worker's it hides, maybe
     finally:  # claimed: no longer in flight; the last one in flight reports, maybe unhooks
-        settle(collected, since, load.made_with)
+        settle(collected)
     return aligned
 
 
