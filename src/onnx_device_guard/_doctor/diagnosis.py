@@ -96,11 +96,11 @@ class Finding:
 
 def diagnose(facts: Facts) -> tuple[Finding, ...]:
     """Return the causes and notes that explain `facts`, most fundamental first."""
-    available, running = set(facts.environment.available_providers), set(facts.session_providers)
+    running = set(facts.session_providers)
     lost = [name for name in dict.fromkeys(facts.requested_providers) if name not in running]
     return (
         *_distribution_findings(facts),
-        *[(_dropped if name in available else _not_in_build)(name, facts) for name in lost],
+        *[_lost(name, facts) for name in lost],
         *_device_findings(facts),
         *_torch_findings(facts),
         *_inference_findings(facts),
@@ -190,53 +190,45 @@ def _distribution_findings(facts: Facts) -> list[Finding]:
     return [Finding("several-distributions", problem, fix, _INSTALL_URL)]
 
 
-def _not_in_build(name: str, facts: Facts) -> Finding:
-    then = (
-        f"Creating the session with it failed ({facts.session_retry}); onnxruntime retried "
-        "with its fallback providers"
-        if facts.session_retry is not None
-        else "onnxruntime only warned"
-    )
-    problem = (
-        f"{name} is not part of this onnxruntime build ({_build(facts)}), which offers only "
-        f"{', '.join(facts.environment.available_providers)}. {then}, and the session runs "
-        "without it."
-    )
+def _lost(name: str, facts: Facts) -> Finding:
+    """A provider asked for that the session does not run: what became of it, and the fix."""
+    env, said = facts.environment, _own_messages(name, facts.onnxruntime_messages)
+    kind: FindingKind = "provider-dropped"
+    if name in env.available_providers:
+        where, how = f"{name} is in this onnxruntime build, but ", "onnxruntime dropped it"
+        how += f" (it said: {one_line(said[0])})" if said else ""
+        gpu = "GPU" if name in GPU_CAPABLE_EXECUTION_PROVIDERS else "other"
+        fix = _DROPPED_FIX.get(name, _DROPPED_FIX[gpu]).format(
+            name=name, version=env.onnxruntime_version
+        )
+        url = _REQUIREMENTS_URL.get(name)
+    else:
+        offered = ", ".join(env.available_providers)
+        where = f"{name} is not part of this onnxruntime build ({_build(facts)}), which "
+        where, how = f"{where}offers only {offered}; ", "onnxruntime only warned"
+        kind, fix, url = "provider-not-in-build", _install_fix(name, facts), _INSTALL_URL
+    if facts.session_retry is not None:
+        how = (
+            f"creating the session with it failed ({facts.session_retry}); onnxruntime "
+            "retried with its fallback providers"
+        )
+    return Finding(kind, f"{where}{how}, and the session runs without it.", fix, url)
+
+
+def _install_fix(name: str, facts: Facts) -> str:
+    """How to install `name`, a provider this onnxruntime build lacks."""
     wanted = _DISTRIBUTION_FOR_PROVIDER.get(name)
     if name == "NvTensorRTRTXExecutionProvider":
-        fix = (
+        return (
             "It is a plugin provider: install onnxruntime-ep-nv-tensorrt-rtx and register it "
             "with onnxruntime.register_execution_provider_library() before creating the "
             "session (the doctor cannot register plugins)."
         )
-    elif wanted is None:
-        fix = f"Install an onnxruntime build that includes {name}, or leave it out."
-    else:
-        uninstall = f"pip uninstall -y {owners} && " if (owners := _owners(facts)) else ""
-        alone = " (exactly one onnxruntime package, none beside it)"
-        fix = f"Install the onnxruntime build that has it: `{uninstall}pip install {wanted}`"
-        fix += f"{alone if wanted == 'onnxruntime-gpu' else ''}."
-    return Finding("provider-not-in-build", problem, fix, _INSTALL_URL)
-
-
-def _dropped(name: str, facts: Facts) -> Finding:
-    if facts.session_retry is not None:
-        problem = (
-            f"{name} is in this onnxruntime build, but creating the session with it failed "
-            f"({facts.session_retry}); onnxruntime retried with its fallback providers, and "
-            "the session runs without it."
-        )
-    else:
-        said = _own_messages(name, facts.onnxruntime_messages)
-        reason = f" It said: {one_line(said[0])}" if said else ""
-        problem = (
-            f"{name} is in this onnxruntime build, but onnxruntime dropped it when it "
-            f"created the session.{reason}"
-        )
-    gpu = "GPU" if name in GPU_CAPABLE_EXECUTION_PROVIDERS else "other"
-    fix = _DROPPED_FIX.get(name, _DROPPED_FIX[gpu])
-    fix = fix.format(name=name, version=facts.environment.onnxruntime_version)
-    return Finding("provider-dropped", problem, fix, _REQUIREMENTS_URL.get(name))
+    if wanted is None:
+        return f"Install an onnxruntime build that includes {name}, or leave it out."
+    uninstall = f"pip uninstall -y {owners} && " if (owners := _owners(facts)) else ""
+    alone = " (exactly one onnxruntime package, none beside it)" * (wanted == "onnxruntime-gpu")
+    return f"Install the onnxruntime build that has it: `{uninstall}pip install {wanted}`{alone}."
 
 
 def _own_messages(name: str, messages: Iterable[str]) -> list[str]:
@@ -312,16 +304,6 @@ def _torch_findings(facts: Facts) -> list[Finding]:
         return [Finding("cuda-not-checked", problem, fix)]
     if facts.requested_device.type != "cuda" or cuda_index(facts.requested_device) < count:
         return []
-    if count == 0 and env.torch_gpu_build is None:
-        problem = (
-            f"torch {env.torch_version} is a CPU-only build, so it cannot put tensors on "
-            f"{device!r} even where onnxruntime could read them."
-        )
-        fix = (
-            "Install a CUDA build of torch (the selector on pytorch.org gives the command), "
-            "or ask for device 'cpu'."
-        )
-        return [Finding("torch-sees-no-cuda", problem, fix)]
     if count == 0:
         said = f" torch said: {one_line(env.torch_messages[0])}" if env.torch_messages else ""
         problem = (
@@ -332,6 +314,13 @@ def _torch_findings(facts: Facts) -> list[Finding]:
             "Check that the GPU driver works (nvidia-smi) and that CUDA_VISIBLE_DEVICES does "
             "not hide the GPUs."
         )
+        if env.torch_gpu_build is None:
+            problem = (
+                f"torch {env.torch_version} is a CPU-only build, so it cannot put tensors on "
+                f"{device!r} even where onnxruntime could read them."
+            )
+            fix = "Install a CUDA build of torch (the selector on pytorch.org gives the command), "
+            fix += "or ask for device 'cpu'."
         return [Finding("torch-sees-no-cuda", problem, fix)]
     problem = (
         f"{device!r} does not exist: torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}."
@@ -359,9 +348,9 @@ def _inference_findings(facts: Facts) -> list[Finding]:
             f"the device: the session reads tensors on {aligned!r}."
         )
         return [Finding("inference-inconclusive", problem, _inconclusive_fix(check))]
-    if check.status == "skipped" and check.detail != "not run (--no-inference)":
-        if aligned == "meta":
-            return []  # the device's finding says it: nothing runs there
+    # Asked for (--no-inference), or said above: nothing runs on 'meta'.
+    quiet = check.detail == "not run (--no-inference)" or aligned == "meta"
+    if check.status == "skipped" and not quiet:
         problem = f"The test inference was skipped: {check.detail}."
         fix = f"Run one inference of your own on {aligned!r} to confirm the session works there."
         return [Finding("inference-skipped", problem, fix)]
