@@ -109,22 +109,20 @@ def environment() -> tuple[Environment, Any]:
         device_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     cuda: str | None = torch.version.cuda
     hip: str | None = getattr(torch.version, "hip", None)
-    return (
-        Environment(
-            onnx_device_guard_version=__version__,
-            python=f"{platform.python_version()} on {platform.system()} {platform.machine()}",
-            torch_version=str(torch.__version__),
-            torch_gpu_build=f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else None,
-            torch_cuda_device_count=device_count,
-            onnxruntime_version=str(getattr(ort, "__version__", "unknown")),
-            installed_distributions=onnxruntime_distributions(),
-            available_providers=tuple(ort.get_available_providers()),
-            torch_messages=tuple(one_line(warning.message, 500) for warning in caught),
-            import_messages=on_import.messages(),
-            **gpu_facts(ort),
-        ),
-        ort,
+    env = Environment(
+        onnx_device_guard_version=__version__,
+        python=f"{platform.python_version()} on {platform.system()} {platform.machine()}",
+        torch_version=str(torch.__version__),
+        torch_gpu_build=f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else None,
+        torch_cuda_device_count=device_count,
+        onnxruntime_version=str(getattr(ort, "__version__", "unknown")),
+        installed_distributions=onnxruntime_distributions(),
+        available_providers=tuple(ort.get_available_providers()),
+        torch_messages=tuple(one_line(warning.message, 500) for warning in caught),
+        import_messages=on_import.messages(),
+        **gpu_facts(ort),
     )
+    return env, ort
 
 
 def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) -> Facts:
@@ -248,13 +246,10 @@ def check_provider_names(names: Iterable[str], known: Iterable[str]) -> None:
 def suggest_provider(name: str, known: Iterable[str]) -> str | None:
     """The known name closest to `name` (case and `ExecutionProvider` forgiven), or `None`."""
     by_key = {provider.lower(): provider for provider in known}
-    forgiven = {
-        **{key.removesuffix("executionprovider"): real for key, real in by_key.items()},
-        **by_key,
-    }
+    forgiven = {key.removesuffix("executionprovider"): real for key, real in by_key.items()}
     key = name.strip().lower()
     close = difflib.get_close_matches(key, by_key, n=1, cutoff=0.75)
-    found = forgiven.get(key) or forgiven.get(key.removesuffix("executionprovider"))
+    found = forgiven.get(key.removesuffix("executionprovider"))
     return found or (by_key[close[0]] if close else None)
 
 

@@ -155,24 +155,19 @@ def render_json(facts: Facts, findings: tuple[Finding, ...], *, strict: bool) ->
     }
 
 
-def render_json_error(error: ModelError) -> dict[str, object]:
-    """Return a model the doctor could not check as a JSON-ready object (verdict `error`)."""
+def render_any_json(result: Facts | ModelError, *, strict: bool) -> dict[str, object]:
+    """`render_json` for a checked model; one the doctor could not check has verdict `error`."""
+    if isinstance(result, Facts):
+        return render_json(result, diagnose(result), strict=strict)
     return {
         "schema_version": SCHEMA_VERSION,
         "verdict": "error",
-        "summary": f"ERROR: {error.message}",
+        "summary": f"ERROR: {result.message}",
         "exit_code": 2,
-        "seconds": round(error.seconds, 3),
-        "model": error.model,
-        "error": error.message,
+        "seconds": round(result.seconds, 3),
+        "model": result.model,
+        "error": result.message,
     }
-
-
-def render_any_json(result: Facts | ModelError, *, strict: bool) -> dict[str, object]:
-    """`render_json` for a checked model, `render_json_error` for one that was bad input."""
-    if isinstance(result, ModelError):
-        return render_json_error(result)
-    return render_json(result, diagnose(result), strict=strict)
 
 
 def _machine_rows(env: Environment) -> list[tuple[str, str]]:

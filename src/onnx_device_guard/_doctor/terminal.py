@@ -117,18 +117,17 @@ def write_out(text: str) -> None:
     Its binary layer gets the bytes until it took all (unbuffered, the text layer drops what
     a write leaves). Then stdout points at /dev/null, so Python's flush at exit says nothing.
     """
-    stream = sys.stdout
-    if stream is None:
+    if sys.stdout is None:
         say_error(f"{PREFIX}cannot write the report: stdout is closed")
         raise OutputError(2)
     try:
-        if (binary := getattr(stream, "buffer", None)) is None:
-            stream.write(text)  # an in-memory stream takes text whole
+        if (binary := getattr(sys.stdout, "buffer", None)) is None:
+            sys.stdout.write(text)  # an in-memory stream takes text whole
         else:
-            left = memoryview(text.encode(stream.encoding, stream.errors or "strict"))
+            left = memoryview(text.encode(sys.stdout.encoding, sys.stdout.errors or "strict"))
             while left:  # after a short write, the next says why (a broken pipe)
                 left = left[binary.write(left) or 0 :]
-        stream.flush()
+        sys.stdout.flush()
     except OSError as error:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             devnull = os.open(os.devnull, os.O_WRONLY)
