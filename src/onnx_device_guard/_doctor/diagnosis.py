@@ -96,11 +96,10 @@ class Finding:
 
 def diagnose(facts: Facts) -> tuple[Finding, ...]:
     """Return the causes and notes that explain `facts`, most fundamental first."""
-    running = set(facts.session_providers)
-    lost = [name for name in dict.fromkeys(facts.requested_providers) if name not in running]
+    requested = dict.fromkeys(facts.requested_providers)  # each once, in order
     return (
         *_distribution_findings(facts),
-        *[_lost(name, facts) for name in lost],
+        *[_lost(name, facts) for name in requested if name not in facts.session_providers],
         *_device_findings(facts),
         *_torch_findings(facts),
         *_inference_findings(facts),
@@ -197,10 +196,8 @@ def _lost(name: str, facts: Facts) -> Finding:
     if name in env.available_providers:
         where, how = f"{name} is in this onnxruntime build, but ", "onnxruntime dropped it"
         how += f" (it said: {one_line(said[0])})" if said else ""
-        gpu = "GPU" if name in GPU_CAPABLE_EXECUTION_PROVIDERS else "other"
-        fix = _DROPPED_FIX.get(name, _DROPPED_FIX[gpu]).format(
-            name=name, version=env.onnxruntime_version
-        )
+        default = _DROPPED_FIX["GPU" if name in GPU_CAPABLE_EXECUTION_PROVIDERS else "other"]
+        fix = _DROPPED_FIX.get(name, default).format(name=name, version=env.onnxruntime_version)
         url = _REQUIREMENTS_URL.get(name)
     else:
         offered = ", ".join(env.available_providers)
@@ -267,7 +264,6 @@ def _device_findings(facts: Facts) -> list[Finding]:
         return [Finding("device-id-mismatch", mismatch.problem, mismatch.fix, mismatch.help_url)]
     if any(name in GPU_CAPABLE_EXECUTION_PROVIDERS for name in facts.requested_providers):
         return []  # a GPU provider was asked for and lost: the provider findings say why
-    available = ", ".join(facts.environment.available_providers)
     in_build = first_gpu_provider(facts.environment.available_providers)
     if in_build is not None:
         problem = (
@@ -281,7 +277,7 @@ def _device_findings(facts: Facts) -> list[Finding]:
         return [Finding("no-gpu-provider-requested", problem, fix, mismatch.help_url)]
     problem = (
         f"This onnxruntime build ({_build(facts)}) has no GPU-capable execution provider; it "
-        f"offers only {available}."
+        f"offers only {', '.join(facts.environment.available_providers)}."
     )
     fix = (
         f"To run on the GPU: `pip uninstall -y {_owners(facts) or 'onnxruntime'} && pip install "
