@@ -231,3 +231,35 @@ def many_inputs(path: Path, count: int) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
     return _save(graph, path)
+
+
+def gpu_only_operator(path: Path) -> Path:
+    """com.microsoft's GroupNorm on x float[1, 4, 4, 4]: onnxruntime has a CUDA kernel for
+    it and no CPU one, so no session can be created without the CUDA provider."""
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "GroupNorm",
+                ["x", "gamma", "beta"],
+                ["y"],
+                domain="com.microsoft",
+                epsilon=1e-5,
+                groups=1,
+                activation=0,
+            )
+        ],
+        "gpu_only_operator",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])],
+        [
+            numpy_helper.from_array(np.ones(4, dtype=np.float32), "gamma"),
+            numpy_helper.from_array(np.zeros(4, dtype=np.float32), "beta"),
+        ],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],
+        ir_version=IR_VERSION,
+    )
+    path.write_bytes(model.SerializeToString())
+    return path

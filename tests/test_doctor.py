@@ -32,16 +32,18 @@ from onnx_device_guard._doctor.diagnosis import (
     worst,
 )
 from onnx_device_guard._doctor.facts import (
+    NO_SESSION,
     Environment,
     Facts,
     InferenceCheck,
     InstalledDistribution,
     ModelError,
 )
-from onnx_device_guard._doctor.files import read_model_file
+from onnx_device_guard._doctor.files import ModelBytes, read_model_file
 from onnx_device_guard._doctor.probe import (
     TINY_MODEL,
     InferenceOptions,
+    Unmade,
     align,
     check_provider_names,
     create_session,
@@ -865,6 +867,42 @@ class TestCreateSession:
         assert retry is not None
         assert retry.startswith("Unknown Provider Type: ROCMExecutionProvider")
         assert not any("****" in message for message in said.messages())
+
+    def test_a_gpu_provider_dropped_for_an_operator_only_it_has_is_blamed(self) -> None:
+        """A GPU build whose CUDA library did not load, and a model whose operator only CUDA
+        implements: the session is Unmade, tried with the CPU, and the finding is the drop.
+        Before: a ModelInputError blaming the model. With CUDA loaded, the model's error."""
+        no_kernel = "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation"
+
+        class GpuBuild:
+            SessionOptions = onnxruntime.SessionOptions
+
+            @staticmethod
+            def get_available_providers() -> list[str]:
+                return [CUDA, CPU]
+
+            @staticmethod
+            def InferenceSession(*args: Any, **kwargs: Any) -> Any:
+                if loud:
+                    warnings.warn(CUDA_LOAD_FAILURE, stacklevel=1)
+                raise RuntimeError(f"{no_kernel} for GroupNorm(1) node with name ''")
+
+        loud, model = True, ModelBytes(b"model", None)
+        session, said = create_session(GpuBuild, model, "m.onnx", [(CUDA, {}), (CPU, {})])
+
+        assert isinstance(session, Unmade)
+        assert session.get_providers() == [CPU]
+        facts = replace(
+            fake_facts(FakeSession(session.get_providers()), messages=said.messages()),
+            inference=InferenceCheck("failed", f"{NO_SESSION} ({session.error})"),
+        )
+        finding = only(facts, "provider-dropped")
+        assert "libcudnn.so.9" in finding.problem
+        assert "no session can be created without it" in finding.problem
+        assert "preload_dlls" in finding.fix
+        loud = False
+        with pytest.raises(ModelInputError, match="Could not find an implementation"):
+            create_session(GpuBuild, model, "m.onnx", [(CUDA, {}), (CPU, {})])
 
     def test_not_an_onnx_model_is_bad_input(self, tmp_path: Path) -> None:
         """A text file named .onnx is reported as not an ONNX model."""

@@ -110,6 +110,48 @@ class TestVerdicts:
         assert "NumPy has no such type" in report["inference"]["detail"]
         assert "own operators" not in json.dumps(report)
 
+    @pytest.mark.skipif(CUDA in onnxruntime.get_available_providers(), reason="needs no CUDA")
+    def test_an_operator_only_the_missing_gpu_provider_has_blames_the_provider(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """CUDA asked of the CPU build for a model whose operator only CUDA implements: no
+        session can be created on this machine, so the inference failed (exit 3, --strict or
+        not), the provider's finding and fix first; without a GPU provider asked for, or for
+        the CPU, the model's error. Before: the model's error, then a fallback with exit 0."""
+        model = str(doctor_models.gpu_only_operator(tmp_path / "m.onnx"))
+        both = ["--device", "cuda", "--providers", CUDA, CPU]
+
+        code, report = doctor_json(capsys, model, *both)
+
+        assert (code, report["verdict"], report["inference"]["status"]) == (3, "failed", "failed")
+        assert "no session could be created without the GPU provider" in (
+            detail := report["inference"]["detail"]
+        )
+        assert "GroupNorm" in detail
+        first, last = report["findings"][0], report["findings"][-1]
+        assert first["kind"] == "provider-not-in-build"
+        assert (
+            "no session can be created without it: only it implements an operator"
+            in (first["problem"])
+        )
+        assert "pip install onnxruntime-gpu" in first["fix"]
+        assert "'cpu'" not in first["fix"]
+        assert last["kind"] == "inference-failed"
+        assert "its error above says why" in last["fix"]
+        assert "ask for device 'cpu'" not in last["fix"]
+        assert report["session_providers"] == [CPU]
+        assert main(["doctor", model, *both, "--no-inference"]) == 3
+        assert main(["doctor", model, *both, "--strict"]) == 3
+        out = capsys.readouterr().out
+        assert "FAILED: the test inference on 'cpu' (moved there from 'cuda')" in out
+        assert "session providers      none: creating the session with" in out
+        for options in (
+            ["--device", "cuda", "--providers", CPU],
+            ["--device", "cpu", "--providers", CUDA, CPU],
+        ):
+            assert main(["doctor", model, *options]) == 2
+            assert "cannot create a session" in capsys.readouterr().err
+
     @pytest.mark.parametrize(
         "element",
         [TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64],

@@ -84,6 +84,23 @@ def _key(message: str) -> str:
     return re.sub(r"\d+", "#", " ".join(text.split()))
 
 
+def own_messages(name: str, messages: Iterable[str]) -> list[str]:
+    """The messages about provider `name`: naming it or its library, before a library's.
+
+    Examples:
+        >>> from onnx_device_guard._doctor.capture import own_messages
+        >>> own_messages("CUDAExecutionProvider", [
+        ...     "Failed to load library libonnxruntime_providers_tensorrt.so: libnvinfer.so.10",
+        ...     "Failed to load library libonnxruntime_providers_cuda.so: libcudnn.so.9",
+        ... ])
+        ['Failed to load library libonnxruntime_providers_cuda.so: libcudnn.so.9']
+    """
+    library = f"providers_{name.removesuffix('ExecutionProvider').lower()}"
+    own = [text for text in messages if name in text or library in text.lower()]
+    loads = [text for text in messages if "Failed to load library" in text]
+    return own or [text for text in loads if "providers_" not in text]
+
+
 @contextlib.contextmanager
 def captured_output() -> Iterator[Captured]:
     """Capture warnings, `print` output and native writes to file descriptor 2.

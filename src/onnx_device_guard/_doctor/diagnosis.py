@@ -11,7 +11,8 @@ from typing import Literal
 
 from .._devices import cuda_index
 from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS, first_gpu_provider
-from .facts import Facts, InferenceCheck, ModelError, Verdict, listed, one_line
+from .capture import own_messages
+from .facts import NO_SESSION, Facts, InferenceCheck, ModelError, Verdict, listed, one_line
 
 CUDA_REQUIREMENTS_URL = (
     "https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements"
@@ -191,7 +192,7 @@ def _distribution_findings(facts: Facts) -> list[Finding]:
 
 def _lost(name: str, facts: Facts) -> Finding:
     """A provider asked for that the session does not run: what became of it, and the fix."""
-    env, said = facts.environment, _own_messages(name, facts.onnxruntime_messages)
+    env, said = facts.environment, own_messages(name, facts.onnxruntime_messages)
     kind: FindingKind = "provider-dropped"
     if name in env.available_providers:
         where, how = f"{name} is in this onnxruntime build, but ", "onnxruntime dropped it"
@@ -209,7 +210,10 @@ def _lost(name: str, facts: Facts) -> Finding:
             f"creating the session with it failed ({facts.session_retry}); onnxruntime "
             "retried with its fallback providers"
         )
-    return Finding(kind, f"{where}{how}, and the session runs without it.", fix, url)
+    ending = "the session runs without it"
+    if facts.inference.detail.startswith(NO_SESSION):
+        ending = "no session can be created without it: only it implements an operator of the model"
+    return Finding(kind, f"{where}{how}, and {ending}.", fix, url)
 
 
 def _install_fix(name: str, facts: Facts) -> str:
@@ -226,23 +230,6 @@ def _install_fix(name: str, facts: Facts) -> str:
     uninstall = f"pip uninstall -y {owners} && " if (owners := _owners(facts)) else ""
     alone = " (exactly one onnxruntime package, none beside it)" * (wanted == "onnxruntime-gpu")
     return f"Install the onnxruntime build that has it: `{uninstall}pip install {wanted}`{alone}."
-
-
-def _own_messages(name: str, messages: Iterable[str]) -> list[str]:
-    """The messages about provider `name`: naming it or its library, before a library's.
-
-    Examples:
-        >>> from onnx_device_guard._doctor.diagnosis import _own_messages
-        >>> _own_messages("CUDAExecutionProvider", [
-        ...     "Failed to load library libonnxruntime_providers_tensorrt.so: libnvinfer.so.10",
-        ...     "Failed to load library libonnxruntime_providers_cuda.so: libcudnn.so.9",
-        ... ])
-        ['Failed to load library libonnxruntime_providers_cuda.so: libcudnn.so.9']
-    """
-    library = f"providers_{name.removesuffix('ExecutionProvider').lower()}"
-    own = [text for text in messages if name in text or library in text.lower()]
-    loads = [text for text in messages if "Failed to load library" in text]
-    return own or [text for text in loads if "providers_" not in text]
 
 
 def _device_findings(facts: Facts) -> list[Finding]:

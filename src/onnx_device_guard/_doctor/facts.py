@@ -14,6 +14,9 @@ from .._alignment import Mismatch
 InferenceStatus = Literal["ok", "failed", "inconclusive", "skipped"]
 """How the test inference went (docs/doctor.md says what each means)."""
 
+NO_SESSION = "no session could be created without the GPU provider"
+"""How a failed inference's detail starts when onnxruntime could not create the session."""
+
 Verdict = Literal["ok", "fallback", "inconclusive", "failed"]
 """The doctor's conclusion for one model, as the report's verdict line starts."""
 

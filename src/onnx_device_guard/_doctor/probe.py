@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -23,8 +23,9 @@ from .._devices import cuda_index
 from .._errors import ModelInputError
 from .._policy import device_policy
 from .._providers import GPU_CAPABLE_EXECUTION_PROVIDERS
-from .capture import Captured, captured_output, clean_messages
+from .capture import Captured, captured_output, clean_messages, own_messages
 from .facts import (
+    NO_SESSION,
     Environment,
     Facts,
     InferenceCheck,
@@ -129,6 +130,8 @@ def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) 
     """Create `model`'s session (`None`: the tiny model), align the device, run the inference."""
     started = time.perf_counter()
     label, session, on_creation = _open(check.ort, model, check.providers)
+    if isinstance(session, Unmade) and check.device.type != "cuda":
+        raise ModelInputError(session.error)  # the model cannot run off the GPU: its own fault
     aligned, mismatch = align(session, check.device, check.fallback)
     with captured_output() as on_run:
         inference = run_with_deadline(session, aligned, check.options, wait)
@@ -144,7 +147,7 @@ def check_model(check: Check, model: Path | None, wait: WaitHook | None = None) 
         session_providers=tuple(session.get_providers()),
         session_provider_options={
             str(name): {str(key): str(value) for key, value in values.items()}
-            for name, values in session.get_provider_options().items()
+            for name, values in getattr(session, "get_provider_options", dict)().items()
         },
         requested_device=check.device,
         aligned_device=aligned,
@@ -257,20 +260,34 @@ EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 """onnxruntime's session option: where a model loaded from bytes finds its external data."""
 
 
+class Unmade(NamedTuple):
+    """A session onnxruntime could not create: why, in one line, and the providers it tried."""
+
+    error: str
+    get_providers: Callable[[], list[str]]
+
+
 def create_session(
     ort: Any, model: ModelBytes, label: str, providers: Sequence[ProviderSpec]
 ) -> tuple[Any, Captured]:
-    """Create the session from the checked bytes; return it and what onnxruntime said."""
-    arguments = [(name, dict(options)) if options else name for name, options in providers]
+    """Create the session from the checked bytes; return it (`Unmade` where an operator has a
+    kernel only in a GPU provider asked for that onnxruntime lost) and what onnxruntime said."""
+    wanted = [(name, dict(options)) if options else name for name, options in providers]
     session_options = ort.SessionOptions()
     if model.folder is not None:
         session_options.add_session_config_entry(EXTERNAL_DATA_FOLDER, model.folder)
-    with captured_output() as captured:
+    with captured_output() as captured:  # filled in as the block ends, on a return too
         try:
-            session = ort.InferenceSession(model.content, session_options, providers=arguments)
+            return ort.InferenceSession(model.content, session_options, providers=wanted), captured
         except Exception as error:
-            raise ModelInputError(session_error(label, error, model)) from None
-    return session, captured
+            reason = session_error(label, error, model)
+    available, said = ort.get_available_providers(), captured.messages()
+    loaded = {name for name in available if not (captured.retry() or own_messages(name, said))}
+    lost = {name for name, _ in providers if name in GPU_CAPABLE_EXECUTION_PROVIDERS} - loaded
+    if not lost or "Could not find an implementation" not in reason:
+        raise ModelInputError(reason)
+    tried = tuple(name for name, _ in providers if name in available and name not in lost)
+    return Unmade(reason, lambda: list(tried)), captured
 
 
 # onnxruntime's errors quote a C++ function signature ("... failed:" comes after it).
@@ -314,6 +331,8 @@ def run_with_deadline(
     """`run_inference` in a worker thread, stopped (`RunOptions.terminate`, checked between
     operators) at `options.timeout` seconds, inconclusive then, or at Ctrl-C, raised again.
     """
+    if isinstance(session, Unmade):  # --no-inference too: the model cannot load on this machine
+        return InferenceCheck("failed", f"{NO_SESSION} ({session.error}), so nothing ran")
     if not options.run:
         return InferenceCheck("skipped", "not run (--no-inference)")
     import onnxruntime

@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 
 from .diagnosis import Finding, diagnose, exit_code, headline, verdict
-from .facts import Environment, Facts, ModelError, one_line
+from .facts import NO_SESSION, Environment, Facts, ModelError, one_line
 
 SCHEMA_VERSION = 1
 """The version of the JSON report's keys; it grows when a key changes or goes."""
@@ -209,6 +209,8 @@ def _provider_rows(facts: Facts) -> list[tuple[str, str]]:
     for name in facts.session_providers:
         device_id = facts.session_provider_options.get(name, {}).get("device_id")
         running.append(name if device_id is None else f"{name} (device_id {device_id})")
+    if facts.inference.detail.startswith(NO_SESSION):
+        running = [f"none: creating the session with {', '.join(running)} failed"]
     return [
         ("requested providers", ", ".join(requested)),
         ("session providers", ", ".join(running)),
