@@ -1172,6 +1172,30 @@ class TestInference:
         assert (check.status, check.attempts) == ("failed", 1)
         assert "from host memory it raised RuntimeError:" in check.detail
 
+    @pytest.mark.parametrize("device", ["cuda:0", "cpu"])
+    def test_running_out_of_memory_is_the_devices_not_the_inputs(
+        self, device: str, inputs_on_cpu: list[torch.Tensor]
+    ) -> None:
+        """onnxruntime's arena cannot allocate, no device word outside its C++ names: failed
+        at once, the device ran out of memory (exit 3), on the GPU before any host run (which
+        may fit). Before: the inputs' fault, inconclusive after every size (exit 4)."""
+        oom = RuntimeError(
+            "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while "
+            "running Conv node. Name:'/conv/Conv' Status Message: /onnxruntime_src/onnxruntime/"
+            "core/framework/bfc_arena.cc:376 void* onnxruntime::BFCArena::AllocateRawInternal("
+            "size_t, bool, onnxruntime::Stream*, bool, onnxruntime::WaitNotificationFn) Failed "
+            "to allocate memory for requested buffer of size 4294967296"
+        )
+        session = FakeGPUSession(oom, host_error=oom)
+
+        check = run_inference(session, torch.device(device))
+
+        assert (check.status, check.attempts) == ("failed", 1)
+        assert "Failed to allocate memory for requested buffer" in check.detail
+        assert check.detail.endswith(f"; {device} ran out of memory")
+        assert session.host_runs == (1 if device == "cpu" else 0)
+        assert check.culprits == ()
+
     @needs_cpu_only_torch
     def test_cuda_tensors_without_cuda_fail_cleanly(self, real_cpu_session: Any) -> None:
         """On this machine, zeros on cuda:0 cannot be made: a failed check, not a crash."""

@@ -65,6 +65,7 @@ _DEVICE_ERROR = re.compile(
     r"device|memcpy|provider|\bEP\b|iobinding|io binding|bind"
 )
 _NAMES = re.compile(r"(?i)'[^'\s]*'|\"[^\"\s]*\"|\S*(?:[/\\]|::)\S*|\b(?:in|out)put:\s*\S+")
+_MEMORY = re.compile(r"(?i)out of memory|failed to allocate|alloc_failed|bad.alloc")
 
 
 @dataclass(frozen=True)
@@ -441,6 +442,8 @@ class _Run:
             return None
         except Exception as error:
             said = f"raised {_describe(error)}"
+            if _MEMORY.search(said):  # not the inputs, nor torch's tensors (a host run may fit)
+                return "device", f"{said}; {self.device} ran out of memory"
             if self.device.type != "cuda":
                 return "input", said
         try:  # the same inputs from host memory: does the model itself refuse them?
