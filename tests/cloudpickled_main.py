@@ -82,13 +82,27 @@ class PatchedLoader:
     def load_here(self) -> MainModel:
         return MainModel()
 
+    @staticmethod
+    def build() -> MainModel:
+        return MainModel()
+
+
+def load_patched() -> MainModel:
+    return MainModel()
+
 
 def main() -> None:
-    patch("__main__:PatchedLoader.load", resolution_mode="fail")
-    patch("__main__:PatchedLoader.load_here", resolution_mode="fail")
+    for target in ["PatchedLoader.load", "PatchedLoader.load_here", "PatchedLoader.build"]:
+        patch(f"__main__:{target}", resolution_mode="fail")
+    patch("__main__:load_patched", resolution_mode="fail")
     objects = {
         "patched classmethod": PatchedLoader.load,
         "patched bound method": PatchedLoader().load_here,
+        "patched unbound method": PatchedLoader.load_here,
+        "patched static method": PatchedLoader.build,
+        "patched static method of an instance": PatchedLoader().build,
+        "patched function": load_patched,
+        "patched class, by value": lambda: PatchedLoader().load_here(),
         "main function": load_strictly,
         "local function": local_factory(),
         "lambda": device_guard(resolution_mode="fail")(strict_lambda),

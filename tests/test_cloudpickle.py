@@ -77,6 +77,10 @@ STRICT_FROM_MAIN = [
     "classmethod, guard outside",
     "patched classmethod",
     "patched bound method",
+    "patched static method",
+    "patched static method of an instance",
+    "patched function",
+    "patched class, by value",
 ]
 
 
@@ -88,6 +92,16 @@ class TestByValueFromMain:
         """A fail-mode guard raises after the trip (before: the plain function returned cuda)."""
         with pytest.raises(EnvironmentConfigurationError, match="'cuda:0'"):
             from_main[name]()
+
+    def test_patched_unbound_method(self, from_main: dict[str, Any]) -> None:
+        """``Class.method`` of a patched method, called with an instance, still guards.
+
+        Before, cloudpickle took it (and, in a class it copied by value, the
+        patched method) for the plain function: it arrived unguarded, on cuda.
+        """
+        loader = from_main["patched bound method"].__self__
+        with pytest.raises(EnvironmentConfigurationError, match="'cuda:0'"):
+            from_main["patched unbound method"](loader)
 
     def test_policy_scope_travels(self, from_main: dict[str, Any]) -> None:
         """A @device_policy function in __main__ runs inside its scope after the trip."""

@@ -240,6 +240,25 @@ class TestFunction:
             model = pickle.loads(pickle.dumps(guarded()))
             assert model.device == "cpu"
 
+    def test_a_missing_target_says_so_on_unpickling(
+        self, loaded_package: FakePackage, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Where the target is not found, unpickling names it (before: wrapt's own error)."""
+        target = loaded_package.target(".models:load")
+        with patch(target):
+            shipped = pickle.dumps(loaded_package.module(".models").load)
+        monkeypatch.delattr(loaded_package.module(".models"), "load")
+        with pytest.raises(ModelInputError, match=rf"patched as '{target}'.*no such target"):
+            pickle.loads(shipped)
+        unimported = types.ModuleType("no_such_loaders")  # made here: no import finds it
+        unimported.load = lambda: None  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "no_such_loaders", unimported)
+        with patch("no_such_loaders:load"):
+            shipped = pickle.dumps(unimported.load)
+        monkeypatch.delitem(sys.modules, "no_such_loaders")
+        with pytest.raises(ModelInputError, match=r"'no_such_loaders:load'.*no such target"):
+            pickle.loads(shipped)
+
     def test_unreadable_modules_are_skipped(
         self, loaded_package: FakePackage, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -251,6 +255,26 @@ class TestSpawnProcessPool:
             model = spawn_pool.submit(patched, "cpu", "cuda:0").result(timeout=120)
         assert model.made_in != os.getpid()
         assert model.device == "meta"
+
+    def test_what_main_patched_arrives_guarded(self) -> None:
+        """A script's patched loaders, sent to its process pool, arrive guarded.
+
+        Before, ``pickle`` refused every one of them ("not the same object",
+        "cannot pickle 'staticmethod' object"): the patch carried the plain
+        function, which ``pickle`` takes by its name, and that name holds the
+        patch. Now the worker looks the target up in its own ``__main__``.
+        """
+        result = subprocess.run(
+            [sys.executable, "-m", "tests.pooled_main"],
+            cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            check=True,
+            text=True,
+            timeout=300,
+        )
+        outcomes = json.loads(result.stdout)
+        assert outcomes == dict.fromkeys(outcomes, "guarded")
+        assert len(outcomes) == 6
 
 
 @pytest.mark.skipif(

@@ -425,6 +425,15 @@ class _PatchingLoader(wrapt.ObjectProxy[Any]):
                 raise failure
 
 
+def _class_seen_by_caller(proxy: wrapt.ObjectProxy[Any]) -> type:
+    """A patched callable's `__class__`: its original's, so that it passes for a function, but
+    its own for a pickler's `reducer_override` (cloudpickle's, as Ray, Dask and joblib use),
+    which would copy a function by value, unguarded, instead of calling `__reduce_ex__`."""
+    if sys._getframe(1).f_code.co_name == "reducer_override":
+        return type(proxy)
+    return proxy.__wrapped__.__class__  # type: ignore[no-any-return]
+
+
 class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
     """A patched function or method: guards each call, pickles as its target and options."""
 
@@ -460,33 +469,59 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         return binding
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        if self._self_target.startswith("__main__:"):  # a worker cannot look it up: it travels
-            return (_guarded_elsewhere, (self._self_target, self._self_options, self.__wrapped__))
-        return (_guarded_elsewhere, (self._self_target, self._self_options, None))
+        original = None
+        if self._self_target.startswith("__main__:"):  # no worker can look it up: it travels
+            wrapped: Any = self.__wrapped__
+            kind = type(wrapped) if self._self_of_class else None
+            function = wrapped.__func__ if kind else wrapped
+            original = (kind, _ByValueOnly(function) if inspect.isfunction(function) else function)
+        return (_guarded_elsewhere, (self._self_target, self._self_options, original))
 
     def __deepcopy__(self, memo: object = None) -> PatchedFunction:
         return self
 
     __copy__ = __deepcopy__
 
+    __class__ = property(_class_seen_by_caller)
+
 
 class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
     """A patched method bound to its class or instance; pickles as that binding, guarded."""
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
-        # By the target, not the patched function itself, which cloudpickle would copy
-        # as a plain function: a method's qualified name does not look it up.
         unpickle, arguments = self._self_parent.__reduce_ex__(protocol)
         return (unpickle, (*arguments, self._self_instance, self._self_owner))
+
+    __class__ = property(_class_seen_by_caller)
 
 
 PatchedFunction.__bound_function_wrapper__ = _BoundPatchedFunction  # type: ignore[misc]
 
 
-def _guarded_elsewhere(target: str, options: GuardOptions, carried: Any, *binding: Any) -> Any:
+class _ByValueOnly(wrapt.ObjectProxy[Any]):
+    """A `__main__` target's function, which no other process can look up: cloudpickle copies
+    it by value (it passes for the function); pickle, which takes functions by name, leaves it
+    out, and the target is looked up where it is unpickled (a process pool's `__main__`)."""
+
+    def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
+        return (type(None), ())
+
+
+def _guarded_elsewhere(target: str, options: GuardOptions, original: Any, *binding: Any) -> Any:
     """Unpickle a patched function or bound method: the target as this process has it (or as
-    it `carried` it, from a `__main__` no other process has), guarded."""
-    patched = carried if carried is not None else wrapt.resolve_path(*target.split(":"))[2]
+    it was carried, from a `__main__` no other process has), guarded."""
+    kind, function = original or (None, None)
+    if function is not None:
+        patched = function if kind is None else kind(function)
+    else:
+        try:
+            patched = wrapt.resolve_path(*target.split(":"))[2]
+        except (wrapt.TargetModuleNotFoundError, wrapt.PathResolutionError) as error:
+            raise ModelInputError(
+                f"Cannot unpickle the loader patched as {target!r}: this process has no "
+                f"such target ({error}). Unpickle it where its package is installed, or "
+                "send one defined in a script (__main__) with cloudpickle."
+            ) from None
     if not isinstance(patched, PatchedFunction):  # else patched here too
         patched = PatchedFunction(patched, target, options)
     return patched.__get__(*binding) if binding else patched
