@@ -331,7 +331,6 @@ class TestMethods:
         loader.lock = threading.Lock()  # what a real loader may hold: no pickle takes it
         with patch(loaded_package.target(f".models:Loader.{method}")):
             shipped = cloudpickle.dumps(getattr(loader, method))
-            assert getattr(models.Loader, method) is getattr(loader, method)  # one binding
         assert pickle.loads(shipped)().device == "cpu"
 
     @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ import re
 import sys
 import threading
 import types
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec, PathFinder
@@ -454,19 +453,13 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         super().__init__(wrapped, guard)
         self._self_target, self._self_options, self._self_origin = target, options, origin
         self._self_of_class = function is not wrapped  # a static or class method
-        self._self_bindings: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
 
     def __get__(self, instance: object, owner: type | None = None) -> Any:
-        """Bind as wrapt does, but `Class.method` gives one object while held (cloudpickle pickles
-        by reference only what a lookup gives again); a static or class method binds no instance."""
-        if owner is None or (instance is not None and not self._self_of_class):
-            return super().__get__(instance, owner)
-        reference = self._self_bindings.get(owner)
-        binding = None if reference is None else reference()
-        if binding is None:
-            binding = super().__get__(None, owner)
-            self._self_bindings[owner] = weakref.ref(binding)
-        return binding
+        """Bind as wrapt does, but a static or class method binds no instance: it pickles
+        without it."""
+        if self._self_of_class and owner is not None:
+            instance = None
+        return super().__get__(instance, owner)
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
         original = None
