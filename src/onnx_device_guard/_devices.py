@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import TypeGuard
 
@@ -38,13 +39,7 @@ def as_device(value: object, name: str) -> torch.device:
             f"{name} must be a torch.device, a string such as 'cuda:0' or a CUDA index; "
             f"got {typed_repr(value)}."
         )
-    text = str.__str__(value)  # a subclass's own comparison and hash play no part
-    parsed = _PARSED.get(text)
-    if parsed is None:
-        if len(_PARSED) > 256:  # a program walking through many indices
-            _PARSED.clear()
-        parsed = _PARSED[text] = _parse(text, name)
-    return parsed
+    return _parse(str.__str__(value), name)  # a subclass's own comparison and hash play no part
 
 
 def is_index(value: object) -> TypeGuard[numbers.Integral]:
@@ -52,6 +47,7 @@ def is_index(value: object) -> TypeGuard[numbers.Integral]:
     return not isinstance(value, bool) and isinstance(value, numbers.Integral)
 
 
+@functools.lru_cache(maxsize=256)  # bounded: a program may walk through many indices
 def _parse(value: str, name: str) -> torch.device:
     # torch parses the index into a byte and wraps large numbers round (or
     # overflows on larger ones still): read the digits after the colon first.
@@ -72,10 +68,6 @@ def _parse(value: str, name: str) -> torch.device:
         ) from None
 
 
-_PARSED: dict[str, torch.device] = {}
-"""The strings parsed so far: each names a device torch addresses."""
-
-
 def _unaddressable(name: str, value: object, index: object) -> ModelInputError:
     return ModelInputError(
         f"{name}={short_repr(value)} has device index {index}, which torch cannot address "
@@ -94,15 +86,7 @@ def cuda_index(device: torch.device) -> int:
     return 0
 
 
-_CUDA: dict[torch.device, bool] = {}
-"""Whether each device seen is a CUDA one: torch builds `device.type` anew at each read (slow)."""
-
-
+@functools.lru_cache(maxsize=256)  # torch builds `device.type` anew at each read (slow)
 def is_cuda(device: torch.device) -> bool:
-    """Whether `device` is a CUDA device, read off a small cache."""
-    try:
-        return _CUDA[device]
-    except KeyError:
-        if len(_CUDA) > 256:  # a program walking through many indices
-            _CUDA.clear()
-        return _CUDA.setdefault(device, device.type == "cuda")
+    """Whether `device` is a CUDA device."""
+    return device.type == "cuda"
