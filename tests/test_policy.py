@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import pickle
 import threading
@@ -179,6 +180,28 @@ class TestDevicePolicyAsDecorator:
 
         with pytest.raises(ModelInputError, match="generator function"):
             device_policy(warn=False)(numbers)
+
+    def test_hidden_generators_are_refused(self) -> None:
+        """Behind a ``functools.wraps`` wrapper, or as an object's ``__call__``, too.
+
+        Before, both were taken: each call's scope ended before the generator
+        ran, so its body saw the defaults, without a word.
+        """
+
+        def numbers() -> Iterator[int]:
+            yield 1
+
+        @functools.wraps(numbers)
+        def wrapper() -> Iterator[int]:
+            return numbers()
+
+        class Numbers:
+            def __call__(self) -> Iterator[int]:
+                yield 1
+
+        for hidden in (wrapper, Numbers()):
+            with pytest.raises(ModelInputError, match="generator function"):
+                device_policy(warn=False)(hidden)
 
 
 class TestIsolation:

@@ -206,7 +206,7 @@ class device_policy(ContextDecorator):  # noqa: N801 - a context manager, named 
 
         Raises:
             ModelInputError: `function` is not callable, or is a generator
-                function.
+                function (also behind `functools.wraps`, or as `__call__`).
 
         Examples:
             >>> from onnx_device_guard import device_policy
@@ -223,14 +223,20 @@ class device_policy(ContextDecorator):  # noqa: N801 - a context manager, named 
             raise ModelInputError(
                 f"device_policy decorates a function or method; got {typed_repr(function)}."
             )
-        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+        call = type(candidate).__call__  # an object's own: `async def`, or a generator's
+        try:  # what a `functools.wraps` wrapper calls
+            inner = inspect.unwrap(function)
+        except ValueError:  # a loop of `__wrapped__`
+            inner = function
+        if any(
+            inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f) for f in (inner, call)
+        ):
             name = short_repr(getattr(function, "__qualname__", function))
             raise ModelInputError(
                 f"device_policy cannot decorate the generator function {name}: the scope would "
                 "end before the generator runs. Enter `with device_policy(...):` around each use "
                 "of the generator instead, or pass the options explicitly to the calls inside it."
             )
-        call = type(candidate).__call__  # an object whose `__call__` is `async def`
         if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call):
 
             @functools.wraps(function)
