@@ -175,16 +175,15 @@ def align_device_with_onnx_session(
     if mismatch is None:  # the common case, kept short
         return requested
     used = policy if mode is None and fallback is None else Settings(mode, fallback).over(policy)
-    aligned = _resolve(session, mismatch, used.resolution_mode, used.fallback_device)
+    aligned = _resolve(session, mismatch, used)
     report_fallback(Fallback(requested, aligned, (mismatch,)), used.warn)
     return aligned
 
 
-def _resolve(
-    session: object, mismatch: Mismatch, mode: DeviceMismatchResolutionMode, fallback: torch.device
-) -> torch.device:
+def _resolve(session: object, mismatch: Mismatch, settings: Resolved) -> torch.device:
     """Raise in `"fail"` mode; else the device to use, refusing a fallback `session` cannot read."""
-    if mode == "fail":
+    fallback = settings.fallback_device
+    if settings.resolution_mode == "fail":
         raise EnvironmentConfigurationError(
             f"{mismatch.problem} {mismatch.fix}", help_url=mismatch.help_url
         )
@@ -208,7 +207,7 @@ def plan_alignment(
 ) -> tuple[torch.device, Fallback | None]:
     """The device all `(name, session)` read (the fallback device where they end on different
     GPUs) and the fallback to report, naming each session that cannot read `requested`."""
-    mode, fallback = settings.resolution_mode, settings.fallback_device
+    fallback = settings.fallback_device
     several = len(sessions) > 1
     aligned = requested
     mismatches: list[Mismatch] = []
@@ -217,7 +216,7 @@ def plan_alignment(
             mismatch.session_name, mismatch.dropped = name if several else None, dropped
             mismatches.append(mismatch)
             if aligned is requested or find_mismatch(session, aligned) is not None:
-                aligned = _resolve(session, mismatch, mode, fallback)
+                aligned = _resolve(session, mismatch, settings)
     if not mismatches:
         return aligned, None
     at_fault = [name for name, one in sessions if find_mismatch(one, aligned)] if several else []
