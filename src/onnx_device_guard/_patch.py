@@ -428,7 +428,8 @@ def _class_seen_by_caller(proxy: wrapt.ObjectProxy[Any]) -> type:
     """A patched callable's `__class__`: its original's, so that it passes for a function, but
     its own for a pickler's `reducer_override` (cloudpickle's, as Ray, Dask and joblib use),
     which would copy a function by value, unguarded, instead of calling `__reduce_ex__`."""
-    if sys._getframe(1).f_code.co_name == "reducer_override":
+    caller = sys._getframe().f_back  # None for a lookup from outside any Python code
+    if caller is not None and caller.f_code.co_name == "reducer_override":
         return type(proxy)
     return proxy.__wrapped__.__class__  # type: ignore[no-any-return]
 
