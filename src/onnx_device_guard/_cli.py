@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import errno
-import itertools
 import math
 import os
 import re
-import shutil
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -337,6 +335,8 @@ def _python(program: str) -> bool:
 def _interpreter_line(program: str) -> list[str]:
     """The interpreter and its options that a script's `#!` line names (`env` and its
     options left out), or `[]` for a program that is not such a script."""
+    import shutil
+
     try:
         with open(shutil.which(program) or program, "rb") as script:
             line = script.readline(512).decode(errors="replace")
@@ -344,7 +344,9 @@ def _interpreter_line(program: str) -> list[str]:
         return []
     words = line[2:].split() if line.startswith("#!") else []
     if words and os.path.basename(words[0]) == "env":
-        words = list(itertools.dropwhile(lambda word: word[:1] == "-" or "=" in word, words[1:]))
+        words = words[1:]
+        while words and (words[0][:1] == "-" or "=" in words[0]):  # its options and variables
+            del words[0]
     return words
 
 
