@@ -829,6 +829,36 @@ def quietly(call: Any, *args: Any) -> Any:
 
 
 class TestPatchAlone:
+    @pytest.mark.parametrize("undone", [False, True])
+    def test_a_strict_class_built_by_a_patched_loader_keeps_its_own_check(
+        self, monkeypatch: pytest.MonkeyPatch, undone: bool
+    ) -> None:
+        """A session a guarded class's instance opens later is checked with the class's own
+        settings, the nearest guard's, when a patched loader built it; after the patch's
+        `undo()` too.
+
+        Before: the loader's load took the model over with its own defaults, so the class's
+        "fail" only warned, and after `undo()` the session was not checked at all.
+        """
+
+        @device_guard(resolution_mode="fail")
+        class LazyModel:
+            def __init__(self) -> None:
+                self.device, self.session = "cuda", None
+
+            def open(self) -> None:
+                self.session = session()
+
+        module = types.ModuleType("lazy_package")
+        module.load = lambda: LazyModel()  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "lazy_package", module)
+        with patch("lazy_package:load") as patched:
+            model = module.load()
+            if undone:
+                patched.undo()
+            with pytest.raises(EnvironmentConfigurationError, match="opened after the load"):
+                model.open()
+
     def test_a_cpu_models_session_asked_for_the_gpu_later_is_reported(
         self, package: types.ModuleType, caught: list[warnings.WarningMessage]
     ) -> None:

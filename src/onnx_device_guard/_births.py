@@ -114,18 +114,25 @@ def open_load() -> collecting | None:
     return load
 
 
-_PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object], object]] = {}
+_PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object], object, int]] = {}
 """Guarded models whose methods may open sessions, by id: a weak reference, their check, their
-origin (those without a session yet, and those that follow theirs)."""
+origin and when it was set (those without a session yet, and those that follow theirs)."""
 
 
-def await_births(model: object, check: Callable[[Any, object], object], origin: object) -> bool:
-    """Check each session a method of `model` opens with `check` (until `origin`'s undo);
-    `False` if it takes no weak reference."""
+def await_births(
+    model: object, check: Callable[[Any, object], object], origin: object, since: int | None
+) -> bool:
+    """Check each session a method of `model` opens with `check` (until `origin`'s undo), unless
+    a guard inside the load that began at the birth number `since` left it a check of its own,
+    nearer to it (a guarded class's, built by a patched loader); `False` if it takes no weak
+    reference."""
     if not type(model).__weakrefoffset__:  # no weak reference to it: cheaper than trying one
         return False
-    key = id(model)
-    _PENDING[key] = (weakref.ref(model, functools.partial(_forget, _PENDING, key)), check, origin)
+    key, held = id(model), _PENDING.get(id(model))
+    if held is not None and since is not None and held[3] > since and held[0]() is model:
+        return True
+    reference = weakref.ref(model, functools.partial(_forget, _PENDING, key))
+    _PENDING[key] = (reference, check, origin, next(_NUMBERS))
     if not (_permanent and (_hooks or _waiting_for_import)):
         use(permanent=True)
     return True
@@ -141,7 +148,7 @@ def _forget(
 
 def stop_waiting(origin: object) -> None:
     """Forget the models the patch `origin` left waiting; the last of them may unhook."""
-    for key, (_, _, guarded_by) in list(_PENDING.items()):
+    for key, (_, _, guarded_by, _) in list(_PENDING.items()):
         if guarded_by is origin:
             _forget(_PENDING, key, None)
 

@@ -163,7 +163,7 @@ class Load:
         devices, asking, dropped = self._devices(model, sessions, attribute)
         if options.follow and not followed:  # a change is not followed again, nor a new session
             watch(model, sessions, self.changed, key=id(options), origin=self.origin, settings=used)
-            await_births(model, self.born_later, self.origin)  # one its `.to()` opens, say
+            await_births(model, self.born_later, self.origin, self.since)  # its `.to()`'s, say
         if not devices:
             return None  # sessions that asked for the CPU only, and no device anywhere
 
@@ -293,7 +293,7 @@ class Load:
         explicit = options.session_attr is not None
         if options.require_session or (options.require_session is None and explicit):
             raise _no_session(model, factory, options, searched)
-        if await_births(model, self.born_later, self.origin):
+        if await_births(model, self.born_later, self.origin, self.since):
             logger.debug(
                 "%s, which holds no onnxruntime session yet; its sessions are checked when born.",
                 describe(model, factory),
