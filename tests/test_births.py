@@ -204,6 +204,34 @@ class TestWatch:
             with pytest.raises(EnvironmentConfigurationError, match="dropped CUDA"):
                 made.set_providers(CUDA)
 
+    def test_a_session_made_before_any_check_is_checked_at_set_providers(self) -> None:
+        """What `set_providers` asks for becomes the record of a session born unobserved.
+
+        Before: it had no record, so a GPU provider it asked for and lost there was never
+        said, under a strict guard or a strict watch alike."""
+        script = textwrap.dedent(
+            """
+            import warnings, onnxruntime, types
+            from onnx_device_guard import (
+                EnvironmentConfigurationError, device_guard, example_model, watch_sessions
+            )
+            CPU, CUDA = ["CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"]
+            warnings.simplefilter("ignore")
+            made = [onnxruntime.InferenceSession(example_model(), providers=CPU) for _ in "ab"]
+            load = device_guard(resolution_mode="fail")(lambda: types.SimpleNamespace(
+                session=made[0], device="cpu"
+            ))
+            model = load()
+            for early, scope in zip(made, (warnings.catch_warnings(), watch_sessions("fail"))):
+                with scope:
+                    try:
+                        early.set_providers(CUDA)
+                    except EnvironmentConfigurationError:
+                        print("raised")
+            """
+        )
+        assert_prints(script, "raised\nraised")
+
     def test_a_drop_a_following_model_survives_is_its_loads_to_report(self) -> None:
         """A model already on the CPU, its session asked for CUDA again (optimum's `.to()`):
         the providers do not change, but the drop is reported with the load's settings."""

@@ -547,14 +547,16 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
             RESETTING.set(session, lock := threading.RLock())  # its own thread never waits
         with lock:
             result = wrapped(*args, **kwargs)  # onnxruntime's own errors for arguments it refuses
-        if birth is None:
-            return result
         with contextlib.suppress(Exception):  # never break the user's call over a record
-            birth.got, birth.reported = tuple(_ORIGINAL.get_providers(session)), False
-            if not falling_back:
-                providers = args[0] if args else kwargs.get("providers")
-                options = args[1] if len(args) > 1 else kwargs.get("provider_options")
-                birth.asked, birth.device_id = _asked(birth.file, providers, options, birth.got)
+            providers = args[0] if args else kwargs.get("providers")
+            options = args[1] if len(args) > 1 else kwargs.get("provider_options")
+            if birth is None and not falling_back:  # born unobserved: recorded from now on
+                source = getattr(session, "_model_path", None) or session._model_bytes
+                _RECORDS.set(session, _record(session, source, None, providers, options))
+            elif birth is not None:
+                birth.got, birth.reported = tuple(_ORIGINAL.get_providers(session)), False
+                if not falling_back:
+                    birth.asked, birth.device_id = _asked(birth.file, providers, options, birth.got)
         return result
 
     result = on_set_providers(set_providers, session, args, kwargs)
