@@ -167,14 +167,8 @@ class Load:
         if not devices:
             return None  # sessions that asked for the CPU only, and no device anywhere
 
-        def note(source: str, single: str = "") -> str:  # written only when a message needs it
-            named = f"model {type(model).__name__}"
-            named += "" if factory is None else f", returned by the factory {factory_name(factory)}"
-            text = "; its session was opened after the load" if opened_later else ""
-            return f"{named}{single}; device from {source}{text}"
-
         planned = asking or sessions
-        aligned, report, source = self._plan(model, planned, devices, used, note, dropped)
+        aligned, report, source = self._plan(model, planned, devices, used, opened_later, dropped)
         if report is None:
             return aligned
         kept = attribute is not None and devices[-1][0] == aligned  # the attribute's own, checked
@@ -197,7 +191,7 @@ class Load:
             details = Details(
                 applied=attribute is not None and not outcome,
                 outcome=outcome,
-                context=note(source),
+                context=self._note(model, source, opened_later),
                 factory=None if factory is None else factory_name(factory),
                 device_attr=None if attribute is None else attribute.path,
                 packages=(module.partition(".")[0],) if isinstance(module, str) else (),
@@ -226,14 +220,16 @@ class Load:
     def _sessions(self, model: object) -> Found:
         """The sessions born in the load, else those on the model, and those opened since (each
         once); refuses a non-model."""
-        born = [session for ref in self.born if (session := ref()) is not None]
+        born = [session for ref in self.born if (session := ref()) is not None] if self.born else []
         if not born:
             found, searched, left = find_sessions(model, self.options.session_attr, self.factory)
         elif born_elsewhere(self.since):  # in a worker thread, say: the model may hold it too
             found, searched, left = discover_sessions(model)
         else:  # no search: the sessions born in the load are its sessions
             found, searched, left = [], (), ()
-        later = [session for ref in self.later if (session := ref()) is not None]
+        later = (
+            [session for ref in self.later if (session := ref()) is not None] if self.later else []
+        )
         if born or later:  # those its methods opened since, which it may not hold yet, last
             unique: dict[int, tuple[str, object]] = {}
             for pair in [*_named(model, born), *found, *_named(model, later)]:
@@ -285,7 +281,7 @@ class Load:
         dropped = [b for b in births if b is not None and b.dropped] if recorded else []
         if dropped:  # a new drop first: the one a report explains
             dropped.sort(key=lambda birth: birth.reported)
-        return devices, [*asking, *heard], dropped
+        return devices, asking + heard, dropped
 
     def _wait(self, model: object, searched: tuple[str, ...]) -> None:
         """Leave a model without a session to be checked when its sessions are born."""
@@ -314,7 +310,7 @@ class Load:
         sessions: Sessions,
         devices: Asked,
         settings: Resolved,
-        note: Callable[[str, str], str],
+        opened_later: bool,
         dropped: list[Birth],
     ) -> tuple[torch.device, Fallback | None, str]:
         """Align each device once; the last aligned, the first fallback, its source."""
@@ -331,10 +327,19 @@ class Load:
             except EnvironmentConfigurationError as error:
                 reported_by_load(sessions, dropped)  # the error is their report
                 single = "" if len(sessions) > 1 else f"; session {sessions[0][0]!r}"
-                raise in_context(error, after=f" ({note(source, single)})") from None
+                note = self._note(model, source, opened_later, single)
+                raise in_context(error, after=f" ({note})") from None
             if first[0] is None and planned is not None:
                 first = (planned, source)
         return aligned[devices[-1][0]], *first
+
+    def _note(self, model: object, source: str, opened_later: bool, single: str = "") -> str:
+        """How a message names the model, and where its device came from."""
+        named = f"model {type(model).__name__}"
+        if self.factory is not None:
+            named += f", returned by the factory {factory_name(self.factory)}"
+        text = "; its session was opened after the load" if opened_later else ""
+        return f"{named}{single}; device from {source}{text}"
 
     def _in_context(
         self, error: ModelInputError, model: object, sessions: Sessions, source: str
