@@ -283,11 +283,9 @@ def _align(instance: object, cls: type, calls: dict[type, Any], collected: colle
         if guard is not None:
             called = klass if klass in calls else next(iter(calls))  # else the outermost call
             args, kwargs = calls[called]
-            try:
-                signature = _SIGNATURES[called]
-            except KeyError:
-                signature = _SIGNATURES[called] = _init_signature(called)
-            load = Load(guard.options, cls, args, kwargs, signature, guard.origin)
+            if called not in _SIGNATURES:
+                _SIGNATURES[called] = _init_signature(called)
+            load = Load(guard.options, cls, args, kwargs, _SIGNATURES[called], guard.origin)
             align_model(instance, load, collected)
             return
     pass_on(collected.born, owned=False)  # unguarded while it was built: its sessions are not lost
@@ -354,7 +352,7 @@ def _init_wrapper(cls: type, init: Any) -> Callable[..., None]:
 
     @functools.wraps(original)
     def __init__(self: object, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        _construct(cls, original, self, args, kwargs)
+        _construct(cls, original, self, args, kwargs)  # by name: no thread-local to cloudpickle
 
     setattr(__init__, _WRAPPER_MARK, init is not None)
     return __init__
