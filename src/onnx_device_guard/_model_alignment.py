@@ -227,9 +227,7 @@ class Load:
             found, searched, left = discover_sessions(model)
         else:  # no search: the sessions born in the load are its sessions
             found, searched, left = [], (), ()
-        later = (
-            [session for ref in self.later if (session := ref()) is not None] if self.later else []
-        )
+        later = [s for ref in self.later if (s := ref()) is not None] if self.later else []
         if born or later:  # those its methods opened since, which it may not hold yet, last
             unique: dict[int, tuple[str, object]] = {}
             for pair in [*_named(model, born), *found, *_named(model, later)]:
