@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from onnx_device_guard import (
+    DeviceFallbackWarning,
     DeviceGuardError,
     EnvironmentConfigurationError,
     ModelInputError,
@@ -172,6 +173,27 @@ class TestCallableSessionAttr:
 
 class TestDiscovery:
     """Without session_attr and without _session/session, the guard searches the model."""
+
+    @pytest.mark.parametrize("born", [True, False])
+    def test_a_dead_weak_proxy_beside_the_session_is_passed_over(self, born: bool) -> None:
+        """An attribute that cannot be looked at (a `weakref.proxy` to an owner gone) is no
+        session. Before: its ReferenceError escaped from the guarded load."""
+
+        class Owner:
+            pass
+
+        class Model:
+            def __init__(self, session: Any) -> None:
+                self.parent, self.session, self.device = weakref.proxy(Owner()), session, "cuda"
+
+        made = real_session()  # before the call: found by the search
+
+        @device_guard
+        def load() -> Model:
+            return Model(real_session(["CUDAExecutionProvider"]) if born else made)
+
+        with pytest.warns(DeviceFallbackWarning):
+            assert load().device == "cpu"
 
     def test_private_name_one_level_down(self) -> None:
         """magika's `_onnx_session` is found; the call's device argument is checked."""

@@ -191,11 +191,11 @@ def where(model: object, name: str, value: object) -> tuple[str, object]:
 
 def is_session(value: object) -> bool:
     """Whether `value`'s type has callable `get_providers` and `run`, as a session does."""
-    if (cls := type(value)) in _BUILT_IN or isinstance(value, _SCALARS):  # the usual values
-        return False
     try:
+        if (cls := type(value)) in _BUILT_IN or isinstance(value, _SCALARS):  # the usual values
+            return False
         return callable(getattr(cls, "get_providers", None)) and callable(getattr(cls, "run", None))
-    except Exception:  # a metaclass whose lookup raises: not a session
+    except Exception:  # a dead weak proxy, a metaclass whose lookup raises: not a session
         return False
 
 
