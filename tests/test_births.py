@@ -2003,8 +2003,10 @@ class TestWhoOwnsABirth:
     def test_a_model_without_weak_references_is_told_and_its_later_drop_reported(
         self, caught: list[warnings.WarningMessage]
     ) -> None:
-        """A model that takes no weak reference cannot wait for its sessions: said at load; a
-        session it opens later under a watch is reported as no model's."""
+        """A model that takes no weak reference cannot wait for its sessions: said at load, and
+        refused in "fail" mode; a session it opens later under a watch is reported as no model's.
+
+        Before: "fail" mode let it through with a log record, and its later drop was silent."""
 
         class Slotted:
             __slots__ = ("device", "session")
@@ -2015,8 +2017,10 @@ class TestWhoOwnsABirth:
             def open(self) -> None:
                 self.session = session()
 
+        with pytest.raises(DeviceGuardError, match="cannot be let through unchecked"):
+            device_guard(resolution_mode="fail")(lambda: Slotted())()
         with recorded_logs() as records:
-            model = device_guard(resolution_mode="fail")(Slotted)()
+            model = device_guard(Slotted)()
         (said,) = [r.getMessage() for r in records if r.levelno == logging.WARNING]
         assert "no session it opens later is tied to it" in said
         with watch_sessions():

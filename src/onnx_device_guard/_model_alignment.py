@@ -293,13 +293,25 @@ class Load:
                 describe(model, factory),
             )
             return
-        logger.warning(
-            "%s, which holds no onnxruntime session, and its class takes no weak reference "
+        detail = (
+            ", which holds no onnxruntime session, and its class takes no weak reference "
             "(a built-in type, or __slots__ without '__weakref__'), so no session it opens "
-            "later is tied to it: its device is left as it is, and a drop is reported only "
-            "as no model's, while watch_sessions() or a patch observes births. Add "
-            "'__weakref__' to its __slots__.",
+            "later is tied to it"
+        )
+        used = self.made_with
+        if options.require_session is None and used and used.resolution_mode == "fail":
+            raise _unusable(
+                model,
+                factory,
+                f"{detail}: in 'fail' mode it cannot be let through unchecked. Add "
+                "'__weakref__' to its __slots__, or pass require_session=False.",
+            )
+        logger.warning(
+            "%s%s: its device is left as it is, and a drop is reported only as no model's, "
+            "while watch_sessions() or a patch observes births. Add '__weakref__' to its "
+            "__slots__.",
             describe(model, factory),
+            detail,
         )
 
     def _plan(  # noqa: PLR0913 - and the settings `align` resolved
