@@ -196,6 +196,22 @@ class TestFunction:
         assert all(alias is original for alias in loaded_package.aliases())
         assert original().device == "cuda"
 
+    def test_a_copy_taken_while_patched_passes_calls_through_after_undo(
+        self, loaded_package: FakePackage
+    ) -> None:
+        """A registry that kept the patched loader, or a method bound meanwhile, calls the
+        loader as it is once the patch is undone. Before: it went on guarding, in "fail" mode."""
+        models = loaded_package.module(".models")
+        with (
+            patch(loaded_package.target(".models:load"), resolution_mode="fail"),
+            patch(loaded_package.target(".models:Loader.open"), resolution_mode="fail"),
+        ):
+            kept = [models.load, models.Loader().open]
+            for call in kept:
+                with pytest.raises(EnvironmentConfigurationError):
+                    call()
+        assert [call().device for call in kept] == ["cuda", "cuda"]
+
     def test_undo_leaves_a_rebound_name_alone(self, loaded_package: FakePackage) -> None:
         """A name the user rebound while patched keeps the user's value."""
         app = loaded_package.module(".app")

@@ -451,7 +451,8 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
             called = signature if instance is None else bound
             return align(Load(options, wrapped, args, kwargs, called, origin))
 
-        super().__init__(wrapped, guard)
+        # A copy taken while the patch was in place passes calls through once it is undone.
+        super().__init__(wrapped, guard, None if origin is None else lambda: not origin.cancelled)
         self._self_target, self._self_options, self._self_origin = target, options, origin
         self._self_of_class = function is not wrapped  # a static or class method
 
