@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import gc
 import importlib
@@ -1288,6 +1289,20 @@ class TestRefusals:
 
         with pytest.raises(DeviceGuardError, match="is no model object"):
             device_guard(load)()
+
+    def test_a_context_manager_factory_is_refused(self) -> None:
+        """A `@contextmanager` factory returns no model (its `with` block gets one): refused.
+
+        Before: the guard looked for a device on the context manager and let it through, so
+        the model the block got kept "cuda"."""
+
+        @device_guard
+        @contextlib.contextmanager
+        def open_model() -> Iterator[Any]:
+            yield types.SimpleNamespace(session=session(), device="cuda")
+
+        with pytest.raises(DeviceGuardError, match="is no model object"):
+            open_model()
 
     def test_require_session_true_keeps_the_old_refusal(self) -> None:
         """require_session=True refuses a model without a session."""

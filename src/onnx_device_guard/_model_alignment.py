@@ -3,6 +3,7 @@ or found on it) against the devices asked for; the aligned one written to its at
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -380,7 +381,9 @@ def _named(model: object, born: list[object]) -> Sessions:
     return [*zip(names, born, strict=True), *before]
 
 
-_NEVER = (type(None), tuple, str, bytes, int, float, types.GeneratorType, types.AsyncGeneratorType)
+_NEVER: tuple[type, ...] = (type(None), tuple, str, bytes, int, float, types.GeneratorType)
+# An async generator, and a `@contextmanager` factory's result, whose block gets the model.
+_NEVER += (types.AsyncGeneratorType, contextlib._GeneratorContextManagerBase)
 _BARE = (list, dict, set)  # a list of models, say; a subclass may be a model
 
 
