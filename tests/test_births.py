@@ -907,6 +907,36 @@ class TestPatchAlone:
             quietly(model._onnx_session.set_providers, CUDA)
         assert len(fallbacks(caught)) == 1
 
+    def test_a_loader_patched_in_main_warns_at_the_programs_line(self, tmp_path: Path) -> None:
+        """A loader in the program itself (`__main__`): the report for a session opened later
+        is filed at the program's line. Before: every frame was the package's, so it was
+        filed inside the library."""
+        script = textwrap.dedent(
+            """
+            import warnings, onnxruntime
+            from onnx_device_guard import example_model, patch
+            class Lazy:
+                def __init__(self):
+                    self.device, self.session = "cuda", None
+                def open(self):
+                    asked = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+                    self.session = onnxruntime.InferenceSession(example_model(), providers=asked)
+            def load():
+                return Lazy()
+            patch("__main__:load")
+            model = load()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                model.open()
+            print([(w.filename, w.lineno) for w in caught if "Fallback" in w.category.__name__])
+            """
+        )
+        (program := tmp_path / "app.py").write_text(script)
+        done = subprocess.run(
+            [sys.executable, str(program)], capture_output=True, text=True, check=False
+        )
+        assert done.stdout.strip() == str([(str(program), 9)]), done.stderr
+
     def test_a_patched_loader_called_by_its_own_package_warns_at_that_call(
         self, package: types.ModuleType, caught: list[warnings.WarningMessage]
     ) -> None:

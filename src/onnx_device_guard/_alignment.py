@@ -341,18 +341,20 @@ def warn_at_caller(text: str, *packages: str) -> None:
         or "importlib._bootstrap" in frame.f_code.co_filename
     ):
         frame = frame.f_back
-    if frame is None:
+    if frame is None and packages:  # every frame is theirs: a loader patched in __main__
+        warn_at_caller(text)
+    elif frame is None:
         warnings.warn(text, DeviceFallbackWarning, stacklevel=2)
-        return
-    scope = frame.f_globals
-    warnings.warn_explicit(
-        text,
-        DeviceFallbackWarning,
-        frame.f_code.co_filename,
-        frame.f_lineno,
-        module=scope.get("__name__", "<string>"),
-        registry=scope.setdefault("__warningregistry__", {}),
-    )
+    else:
+        scope = frame.f_globals
+        warnings.warn_explicit(
+            text,
+            DeviceFallbackWarning,
+            frame.f_code.co_filename,
+            frame.f_lineno,
+            module=scope.get("__name__", "<string>"),
+            registry=scope.setdefault("__warningregistry__", {}),
+        )
 
 
 @contextmanager
