@@ -120,6 +120,16 @@ class TestWatch:
         ):
             session()
 
+    def test_each_option_is_the_oldest_watchs_that_was_given_it(self) -> None:
+        """A library's quiet watch leaves a later strict one strict. Before: the oldest watch
+        given any option set all three, so the drop was said at DEBUG only."""
+        with (
+            watch_sessions(warn=False),
+            watch_sessions(resolution_mode="fail"),
+            pytest.raises(EnvironmentConfigurationError),
+        ):
+            session()
+
     def test_a_fallback_device_the_session_cannot_read_raises_as_in_the_core(self) -> None:
         """fallback_device='cuda:0' for a session on the CPU raises, in the core's words."""
         with pytest.raises(EnvironmentConfigurationError) as core:

@@ -198,7 +198,7 @@ def _pending_owner(load: collecting | None) -> Callable[[object], object] | None
 
 
 _WATCHES: list[SessionWatch] = []
-"""The watches in force, oldest first: the oldest given options sets them (`run`'s takes none)."""
+"""The watches in force, oldest first: each option is the oldest's given it (`run`'s takes none)."""
 
 
 class SessionWatch(contextlib.AbstractContextManager["SessionWatch"]):
@@ -263,9 +263,10 @@ def watch_sessions(
     A session that asked for a GPU-capable provider and runs none of them
     is reported once (a `DeviceFallbackWarning` and a WARNING record), or
     raises in `"fail"` mode; a session born in a guarded load is the load's
-    to report. The oldest watch in force that was given options sets them
-    (so a program's own watch counts under `onnx-device-guard run`); those
-    left at `None` take the policy in force where the session is created.
+    to report. Each option is that of the oldest watch in force that was
+    given it (so a program's own watch counts under `onnx-device-guard
+    run`); one no watch gives takes the policy in force where the session
+    is created.
     The guide's "Watching every session of a process" has the details.
 
     Args:
@@ -576,9 +577,10 @@ def report_birth(birth: Birth, raising: bool = True, settings: Resolved | None =
     from ._options import Resolved, Settings
     from ._policy import current_policy
 
-    # Else the oldest watch given options sets them, over the policy in force.
-    given = next((w._settings for w in _WATCHES if w._settings is not None), Settings())
-    used = settings or given.over(current_policy())
+    # Else each option is the oldest watch's that was given it, over the policy in force.
+    used = settings or current_policy()
+    for watch in () if settings else reversed(list(_WATCHES)):
+        used = (watch._settings or Settings()).over(used)
     provider = birth.asked[0]
     problem = (
         f"onnxruntime dropped {provider} for the session of {short_repr(birth.file, 200)}: "
