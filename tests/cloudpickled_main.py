@@ -91,10 +91,16 @@ def load_patched() -> MainModel:
     return MainModel()
 
 
+def load_again(retries: int = 1) -> MainModel:
+    """A loader that calls itself by its patched name (a retry)."""
+    return MainModel() if retries == 0 else load_again(retries - 1)
+
+
 def main() -> None:
     for target in ["PatchedLoader.load", "PatchedLoader.load_here", "PatchedLoader.build"]:
         patch(f"__main__:{target}", resolution_mode="fail")
     patch("__main__:load_patched", resolution_mode="fail")
+    patch("__main__:load_again", resolution_mode="fail")
     objects = {
         "patched classmethod": PatchedLoader.load,
         "patched bound method": PatchedLoader().load_here,
@@ -102,6 +108,7 @@ def main() -> None:
         "patched static method": PatchedLoader.build,
         "patched static method of an instance": PatchedLoader().build,
         "patched function": load_patched,
+        "patched function calling itself": load_again,
         "patched class, by value": lambda: PatchedLoader().load_here(),
         "main function": load_strictly,
         "local function": local_factory(),

@@ -80,6 +80,7 @@ STRICT_FROM_MAIN = [
     "patched static method",
     "patched static method of an instance",
     "patched function",
+    "patched function calling itself",  # before: cloudpickle recursed without end
     "patched class, by value",
 ]
 

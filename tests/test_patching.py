@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
 import importlib
 import itertools
@@ -211,6 +213,19 @@ class TestFunction:
                 with pytest.raises(EnvironmentConfigurationError):
                     call()
         assert [call().device for call in kept] == ["cuda", "cuda"]
+
+    def test_a_patched_loader_copies_as_itself(self, loaded_package: FakePackage) -> None:
+        """`copy.copy` and `copy.deepcopy` of a patched function or method (bound, class or
+        static) give it back. Before: a method's raised wrapt's NotImplementedError."""
+        models = loaded_package.module(".models")
+        names = [".models:load", ".models:Loader.from_pretrained", ".models:Loader.build"]
+        with contextlib.ExitStack() as patches:
+            for name in [*names, ".models:Loader.open"]:
+                patches.enter_context(patch(loaded_package.target(name)))
+            loader = models.Loader
+            for patched in (models.load, loader.from_pretrained, loader.build, loader().open):
+                assert copy.copy(patched) is patched
+                assert copy.deepcopy(patched) is patched
 
     def test_undo_leaves_a_rebound_name_alone(self, loaded_package: FakePackage) -> None:
         """A name the user rebound while patched keeps the user's value."""

@@ -455,6 +455,7 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
         super().__init__(wrapped, guard, None if origin is None else lambda: not origin.cancelled)
         self._self_target, self._self_options, self._self_origin = target, options, origin
         self._self_of_class = function is not wrapped  # a static or class method
+        self._self_carried: _ByValueOnly | None = None
 
     def __get__(self, instance: object, owner: type | None = None) -> Any:
         """Bind as wrapt does, but a static or class method binds no instance: it pickles
@@ -465,14 +466,16 @@ class PatchedFunction(wrapt.FunctionWrapper[..., Any]):
 
     def __reduce_ex__(self, protocol: object) -> tuple[Any, ...]:
         original = None
-        if self._self_target.startswith("__main__:"):  # no worker can look it up: it travels
-            wrapped: Any = self.__wrapped__
+        if self._self_target.startswith("__main__:"):  # no worker can look it up: it travels,
+            wrapped: Any = self.__wrapped__  # one proxy each time (its function may call it)
             kind = type(wrapped) if self._self_of_class else None
             function = wrapped.__func__ if kind else wrapped
-            original = (kind, _ByValueOnly(function) if inspect.isfunction(function) else function)
+            if inspect.isfunction(function):
+                self._self_carried = function = self._self_carried or _ByValueOnly(function)
+            original = (kind, function)
         return (_guarded_elsewhere, (self._self_target, self._self_options, original))
 
-    def __deepcopy__(self, memo: object = None) -> PatchedFunction:
+    def __deepcopy__(self, memo: object = None) -> Any:
         return self
 
     __copy__ = __deepcopy__
@@ -487,6 +490,7 @@ class _BoundPatchedFunction(wrapt.BoundFunctionWrapper[..., Any]):
         unpickle, arguments = self._self_parent.__reduce_ex__(protocol)
         return (unpickle, (*arguments, self._self_instance, self._self_owner))
 
+    __copy__ = __deepcopy__ = PatchedFunction.__deepcopy__
     __class__ = property(_class_seen_by_caller)
 
 
