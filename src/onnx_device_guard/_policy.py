@@ -206,7 +206,7 @@ class device_policy(ContextDecorator):  # noqa: N801 - a context manager, named 
 
         Raises:
             ModelInputError: `function` is not callable, or is a generator
-                function (also behind `functools.wraps`, or as `__call__`).
+                function (or an object whose `__call__` is one).
 
         Examples:
             >>> from onnx_device_guard import device_policy
@@ -224,12 +224,10 @@ class device_policy(ContextDecorator):  # noqa: N801 - a context manager, named 
                 f"device_policy decorates a function or method; got {typed_repr(function)}."
             )
         call = type(candidate).__call__  # an object's own: `async def`, or a generator's
-        try:  # what a `functools.wraps` wrapper calls
-            inner = inspect.unwrap(function)
-        except ValueError:  # a loop of `__wrapped__`
-            inner = function
+        # Not what a `functools.wraps` wrapper wraps: one may run its generator to the end.
         if any(
-            inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f) for f in (inner, call)
+            inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f)
+            for f in (function, call)
         ):
             name = short_repr(getattr(function, "__qualname__", function))
             raise ModelInputError(
