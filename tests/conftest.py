@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator
 from importlib.resources import as_file, files
@@ -9,6 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# A relative PYTHONPATH (`PYTHONPATH=src`) would name another tree in the programs the tests
+# start in other folders: they import the code under test, as this process does.
+if os.environ.get("PYTHONPATH"):
+    paths = os.environ["PYTHONPATH"].split(os.pathsep)
+    os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(path) for path in paths if path)
 
 
 def _cuda_unavailable_reason() -> str | None:
