@@ -131,7 +131,7 @@ class TestVerdicts:
         first, last = report["findings"][0], report["findings"][-1]
         assert first["kind"] == "provider-not-in-build"
         assert (
-            "no session can be created without it: only it implements an operator"
+            "no session can be created without it: the rest lack an operator it may have"
             in (first["problem"])
         )
         assert "pip install onnxruntime-gpu" in first["fix"]

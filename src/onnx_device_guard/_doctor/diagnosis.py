@@ -212,7 +212,7 @@ def _lost(name: str, facts: Facts) -> Finding:
         )
     ending = "the session runs without it"
     if facts.inference.detail.startswith(NO_SESSION):
-        ending = "no session can be created without it: only it implements an operator of the model"
+        ending = "no session can be created without it: the rest lack an operator it may have"
     return Finding(kind, f"{where}{how}, and {ending}.", fix, url)
 
 
