@@ -898,6 +898,34 @@ class TestPatchAlone:
             with pytest.raises(EnvironmentConfigurationError, match="opened after the load"):
                 model.open()
 
+    @pytest.mark.parametrize("undone", [False, True])
+    def test_a_strict_guard_around_a_patched_loader_checks_later_sessions(
+        self, monkeypatch: pytest.MonkeyPatch, undone: bool
+    ) -> None:
+        """Each guard around a model checks what it opens later, the nearest first, as at its
+        load: the patch's warns, the strict one around it raises; after the patch's `undo()`,
+        the strict one alone.
+
+        Before the fix above only the nearest checked it (the patch's: no error), and after
+        `undo()` nothing did."""
+
+        class LazyModel:
+            def __init__(self) -> None:
+                self.device, self.session = "cuda", None
+
+            def open(self) -> None:
+                self.session = session()
+
+        module = types.ModuleType("lazy_package")
+        module.load = lambda: LazyModel()  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "lazy_package", module)
+        with patch("lazy_package:load") as patched:
+            model = device_guard(resolution_mode="fail")(lambda: module.load())()
+            if undone:
+                patched.undo()
+            with pytest.raises(EnvironmentConfigurationError, match="opened after the load"):
+                quietly(model.open)
+
     def test_a_cpu_models_session_asked_for_the_gpu_later_is_reported(
         self, package: types.ModuleType, caught: list[warnings.WarningMessage]
     ) -> None:

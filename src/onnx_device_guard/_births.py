@@ -114,28 +114,37 @@ def open_load() -> collecting | None:
     return load
 
 
-_PENDING: dict[int, tuple[weakref.ref[Any], Callable[[Any, object], object], object, int]] = {}
-"""Guarded models whose methods may open sessions, by id: a weak reference, their check, their
-origin and when it was set (those without a session yet, and those that follow theirs)."""
+_Check = tuple[Callable[[Any, object], object], object, int]
+_PENDING: dict[int, tuple[weakref.ref[Any], list[_Check]]] = {}
+"""Guarded models whose methods may open sessions, by id: a weak reference, and the checks of
+the guards around it, the nearest first, each with its origin and when it was set (those
+without a session yet, and those that follow theirs)."""
 
 
 def await_births(
     model: object, check: Callable[[Any, object], object], origin: object, since: int | None
 ) -> bool:
-    """Check each session a method of `model` opens with `check` (until `origin`'s undo), unless
-    a guard inside the load that began at the birth number `since` left it a check of its own,
-    nearer to it (a guarded class's, built by a patched loader); `False` if it takes no weak
-    reference."""
+    """Check each session a method of `model` opens with `check` (until `origin`'s undo), after
+    the checks that guards inside the load that began at the birth number `since` left (a
+    guarded class's, built by a patched loader); `False` if it takes no weak reference."""
     if not type(model).__weakrefoffset__:  # no weak reference to it: cheaper than trying one
         return False
     key, held = id(model), _PENDING.get(id(model))
-    if held is not None and since is not None and held[3] > since and held[0]() is model:
-        return True
-    reference = weakref.ref(model, functools.partial(_forget, _PENDING, key))
-    _PENDING[key] = (reference, check, origin, next(_NUMBERS))
+    if held is None or held[0]() is not model:  # none yet, or a dead model's id
+        reference = weakref.ref(model, functools.partial(_forget, _PENDING, key))
+        held = _PENDING[key] = (reference, [])
+    inner = [c for c in held[1] if since is not None and c[2] > since and c[0] != check]
+    held[1][:] = [*inner, (check, origin, next(_NUMBERS))]  # an earlier load's go: taken over
     if not (_permanent and (_hooks or _waiting_for_import)):
         use(permanent=True)
     return True
+
+
+def _check_all(checks: list[_Check], model: object, session: object) -> None:
+    """Check a session `model` opened with each guard's check, the nearest first (the others,
+    hearing it reported, say no more, but raise in "fail" mode), as its load did."""
+    for check, _, _ in list(checks):
+        check(model, session)
 
 
 def _forget(
@@ -148,8 +157,9 @@ def _forget(
 
 def stop_waiting(origin: object) -> None:
     """Forget the models the patch `origin` left waiting; the last of them may unhook."""
-    for key, (_, _, guarded_by, _) in list(_PENDING.items()):
-        if guarded_by is origin:
+    for key, (_, checks) in list(_PENDING.items()):
+        checks[:] = [entry for entry in checks if entry[1] is not origin]
+        if not checks:  # no guard left around it
             _forget(_PENDING, key, None)
 
 
@@ -192,7 +202,7 @@ def _pending_owner(load: collecting | None) -> Callable[[object], object] | None
         if code.co_argcount and code.co_varnames[0] == "self":
             entry = _PENDING.get(id(frame.f_locals.get("self")))
             if entry is not None and (model := entry[0]()) is not None:
-                return functools.partial(entry[1], model)
+                return functools.partial(_check_all, entry[1], model)
         frame = frame.f_back
     return None
 
