@@ -196,7 +196,7 @@ class TestDevicePolicyAsDecorator:
         """A `functools.wraps` wrapper of a generator function is a plain function: it may
         run the generator to its end inside the call."""
 
-        def numbers() -> Iterator[int]:
+        def numbers() -> Iterator[bool]:
             yield current_policy().resolution_mode == "fail"
 
         @functools.wraps(numbers)
