@@ -1096,6 +1096,25 @@ class TestPatchAlone:
 
 
 class TestOneReportPerLoad:
+    @pytest.mark.parametrize("warn", [True, False])
+    def test_set_providers_during_a_load_is_its_to_report(
+        self, caught: list[warnings.WarningMessage], warn: bool
+    ) -> None:
+        """A session a load moves to a GPU provider that is dropped is reported by the load,
+        with its settings. Before: the watch's report came first, with the defaults, so a
+        quiet load warned."""
+        made = session(CPU)
+
+        @device_guard(warn=warn)
+        def load() -> Any:
+            made.set_providers(CUDA)
+            return types.SimpleNamespace(session=made, device="cuda")
+
+        assert quietly(load).device == "cpu"
+        said = fallbacks(caught)
+        assert len(said) == warn
+        assert all(text.startswith("The model asks for device 'cuda:0'") for text in said)
+
     def test_a_watch_and_a_guard_report_once(
         self, package: types.ModuleType, caught: list[warnings.WarningMessage]
     ) -> None:

@@ -572,10 +572,16 @@ def _on_set_providers(wrapped: Any, session: Any, args: Any, kwargs: Any) -> Any
 
     result = on_set_providers(set_providers, session, args, kwargs)
     # A drop no follower reported (the providers did not change, or the model survives it) is
-    # reported with the settings of the load of a model that follows it, else the watch's.
+    # reported with the settings of the load of a model that follows it, else by the load in
+    # flight here (with its own), else as no model's.
     followers = followers_of(session)
     watches = followers.watches.values() if followers is not None else ()
-    to_watch([session], settings=next((w.settings for w in watches if w.model()), None))
+    settings = next((w.settings for w in watches if w.model()), None)
+    if settings is None and (load := open_load()) is not None:
+        if not any(born is session for born in load.born):
+            load.born.append(session)
+    else:
+        to_watch([session], settings=settings)
     return result
 
 
