@@ -752,7 +752,13 @@ class TestRunCommand:
         assert "made" not in done.stdout
 
     @pytest.mark.parametrize(
-        "line", ["#!{python} -I", "#!/usr/bin/env -S {python} -sE", "#!{python}"]
+        "line",
+        [
+            "#!{python} -I",
+            "#!/usr/bin/env -S {python} -sE",
+            "#!/usr/bin/env -S -u X {python} -I",  # env's -u takes a value
+            "#!{python}",
+        ],
     )
     def test_a_script_is_read_for_the_options_of_its_interpreter_line(
         self, tmp_path: Path, line: str

@@ -346,7 +346,7 @@ def _interpreter_line(program: str) -> list[str]:
     if words and os.path.basename(words[0]) == "env":
         words = words[1:]
         while words and (words[0][:1] == "-" or "=" in words[0]):  # its options and variables
-            del words[0]
+            del words[: 2 if words[0] in ("-u", "--unset", "-C", "--chdir") else 1]
     return words
 
 
