@@ -1475,6 +1475,30 @@ class TestHooksComeOff:
         )
         assert_prints(script, "unhooked")
 
+    def test_a_lazy_model_loaded_again_waits_once_with_the_later_check(self) -> None:
+        """Returned by a load twice, a lazy model keeps one weak reference, the later load's
+        check and birth number; collected, it waits no more."""
+        from onnx_device_guard import _births
+
+        class Lazy:
+            def __init__(self) -> None:
+                self.device, self.session = "cuda", None
+
+        def factory(box: list[Lazy]) -> Lazy:
+            return box[0]
+
+        model, load = Lazy(), device_guard(factory)
+        load([model])
+        reference, [(check, _, number)] = _births._PENDING[key := id(model)]
+        load([model])
+        again, [(later, _, renumbered)] = _births._PENDING[key]
+        assert again is reference
+        assert later != check
+        assert renumbered > number
+        del model, again
+        gc.collect()
+        assert key not in _births._PENDING
+
     def test_the_last_waiting_model_collected_unhooks_onnxruntime(self) -> None:
         """A guarded lazy model keeps the hooks while alive; once it is collected they come off."""
         script = textwrap.dedent(
