@@ -318,6 +318,16 @@ class TestLifetimes:
         session.set_providers([AZURE, CPU])
         assert calls.calls == [(model, "s", (CPU,), (AZURE, CPU))]
 
+    def test_a_model_followed_already_keeps_its_first_watch(self, follower: Follower) -> None:
+        """Watched again with the same key (each load of it): nothing is added."""
+        session, first, again = real_session(), Calls(), Calls()
+        model = Model(s=session)
+        follower.watch(model, [("s", session)], first)
+        follower.watch(model, [("s", session)], again)
+        session.set_providers([AZURE, CPU])
+        assert [call[0] for call in first.calls] == [model]
+        assert not again.calls
+
     def test_stop_following_forgets_the_origin_only(self, follower: Follower) -> None:
         """Closing one follower leaves another's watch on the same session."""
         session, other, calls = real_session(), Follower(), Calls()

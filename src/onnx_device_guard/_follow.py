@@ -105,17 +105,22 @@ def watch(  # noqa: PLR0913 - the model, its sessions, the callback, and three k
             "onnx-device-guard cannot follow the sessions of %s objects: the class cannot be "
             "weakly referenced (a built-in type, or __slots__ without '__weakref__'), and a "
             "strong reference would keep every model alive. Use a class of your own, or add "
-            "'__weakref__' to __slots__. " + _AT_LOAD_ONLY,
+            "'__weakref__' to __slots__. ",
             logging.WARNING,
         )
         return
     session_class = getattr(sys.modules.get("onnxruntime"), "InferenceSession", None)
     for session_name, session in sessions:
         if not isinstance(session, session_class or ()):
-            message = "Not following %s sessions: only an onnxruntime.InferenceSession is. "
-            _warn_once(_NOT_SESSIONS, type(session), message + _AT_LOAD_ONLY, logging.DEBUG)
+            if type(session) not in _NOT_SESSIONS:  # logged once: no call on each load
+                message = "Not following %s sessions: only an onnxruntime.InferenceSession is. "
+                _warn_once(_NOT_SESSIONS, type(session), message, logging.DEBUG)
             continue
-        entry = (id(model), key)
+        # Followed already: nothing to add, so no lock (as if before a stop_following racing it).
+        entry, followers = (id(model), key), _FOLLOWED.get(session)
+        existing = None if followers is None else followers.watches.get(entry)
+        if existing is not None and existing.model() is model:
+            continue
         with _LOCK:  # against stop_following: a load racing undo() leaves no watch
             if origin is not None and origin.cancelled:
                 return
@@ -236,7 +241,7 @@ def _snapshot(session: Any) -> tuple[Providers, object]:
 
 
 def _warn_once(seen: weakref.WeakSet[type], cls: type, message: str, level: int) -> None:
-    """Log `message` about `cls` at `level`, once per class (twice, at worst, in a race)."""
+    """Log `message` + `_AT_LOAD_ONLY` about `cls` at `level`, once per class (twice in a race)."""
     if cls not in seen:
         seen.add(cls)
-        logger.log(level, message, cls.__qualname__)
+        logger.log(level, message + _AT_LOAD_ONLY, cls.__qualname__)
