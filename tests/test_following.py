@@ -328,6 +328,27 @@ class TestLifetimes:
         assert [call[0] for call in first.calls] == [model]
         assert not again.calls
 
+    def test_loads_racing_a_stop_leave_no_watch(self, follower: Follower) -> None:
+        """A followed model watched again in threads (read without the lock) while its follower
+        closes: no watch is left."""
+        session = real_session()
+        model, start = Model(s=session), threading.Barrier(5)
+        follower.watch(model, [("s", session)], Calls())
+
+        def load() -> None:
+            start.wait()
+            for _ in range(2000):
+                follower.watch(model, [("s", session)], Calls())
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        start.wait()
+        follower.close()
+        for thread in threads:
+            thread.join()
+        assert not is_followed(session)
+
     def test_stop_following_forgets_the_origin_only(self, follower: Follower) -> None:
         """Closing one follower leaves another's watch on the same session."""
         session, other, calls = real_session(), Follower(), Calls()
