@@ -176,7 +176,8 @@ def align_device_with_onnx_session(
         return requested
     used = policy if mode is None and fallback is None else Settings(mode, fallback).over(policy)
     aligned = _resolve(session, mismatch, used)
-    report_fallback(Fallback(requested, aligned, (mismatch,)), used.warn)
+    if used.warn or logger.isEnabledFor(logging.DEBUG):  # else nothing is said
+        report_fallback(Fallback(requested, aligned, (mismatch,)), used.warn)
     return aligned
 
 

@@ -97,7 +97,10 @@ def _broken(what: str, error: Exception) -> ModelInputError:
 
 def first_gpu_provider(providers: tuple[str, ...]) -> str | None:
     """Return the first GPU-capable provider in `providers`, in the session's order."""
-    return next((name for name in providers if name in GPU_CAPABLE_EXECUTION_PROVIDERS), None)
+    for name in providers:
+        if name in GPU_CAPABLE_EXECUTION_PROVIDERS:
+            return name
+    return None
 
 
 def provider_device_id(session: object, provider: str) -> int | None:
